@@ -1,0 +1,41 @@
+# The two commands of the README:
+#   make book   set up .venv, build the whole book into _build/html
+#   make test   set up .venv, run every test (chapters, package, build, twins)
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PACKAGE_SOURCES := $(shell find src -name '*.py')
+
+.PHONY: book test sync timing clean
+
+book: $(VENV)/.installed _build/.package-stamp
+	$(VENV)/bin/jupyter-book build . --builder html -W -n --keep-going
+	@echo "The book is in _build/html/index.html"
+
+test: $(VENV)/.installed
+	$(PY) -m pytest
+
+# Regenerate the package and the Colab twins from the chapters.
+sync: $(VENV)/.installed
+	$(PY) scripts/export.py
+	$(PY) scripts/sync_twins.py
+
+# Print each chapter's execution time and the total.
+timing: $(VENV)/.installed
+	$(PY) scripts/time_chapters.py
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $@
+
+# jupyter-cache re-runs a chapter only when its own code cells change; a change
+# to the package they import must empty the cache, or the book shows stale results.
+_build/.package-stamp: $(PACKAGE_SOURCES)
+	rm -rf _build/.jupyter_cache
+	mkdir -p _build
+	touch $@
+
+clean:
+	rm -rf _build

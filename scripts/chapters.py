@@ -1,0 +1,88 @@
+"""Find the book's chapters and execute them the way a reader's kernel would.
+
+Shared by ``tests/test_chapters.py`` and ``scripts/time_chapters.py``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import jupytext
+import nbformat
+import yaml
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+
+
+def toc_files() -> list[Path]:
+    """Every page listed in ``_toc.yml``, in reading order, as ``book/<slug>.md``."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    entries = [toc["root"]]
+
+    def walk(items: list[dict]) -> None:
+        for item in items:
+            if "file" in item:
+                entries.append(item["file"])
+            walk(item.get("sections", []))
+
+    for part in toc.get("parts", []):
+        walk(part.get("chapters", []))
+    walk(toc.get("chapters", []))
+    return [ROOT / f"{entry}.md" for entry in entries]
+
+
+def is_notebook(page: Path) -> bool:
+    """A chapter that executes: a MyST text notebook with a jupytext header."""
+    return page.is_file() and page.read_text().startswith("---\njupytext:")
+
+
+def toc_chapters() -> list[Path]:
+    """The executable chapters of ``_toc.yml``, in reading order."""
+    return [page for page in toc_files() if is_notebook(page)]
+
+
+class ChapterFailed(Exception):
+    """A chapter raised while executing; the message names it and holds the traceback."""
+
+
+@dataclass
+class Execution:
+    chapter: Path
+    seconds: float
+    notebook: nbformat.NotebookNode
+
+
+def execute_chapter(chapter: Path, timeout: int = 600) -> Execution:
+    """Run every cell of a chapter in a fresh kernel, with the book folder as working directory."""
+    notebook = jupytext.read(chapter)
+    client = NotebookClient(
+        notebook,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(chapter.parent)}},
+    )
+    start = time.perf_counter()
+    try:
+        client.execute()
+    except CellExecutionError as error:
+        raise ChapterFailed(f"chapter {chapter.name} failed:\n{error}") from None
+    return Execution(chapter, time.perf_counter() - start, notebook)
+
+
+#: The first cell of every chapter: under Colab only, install the companion package
+#: from the repository, without dependencies so that Colab's own torch is kept.
+COLAB_BOOTSTRAP = '''# Colab only: install the book's companion package. Torch is already there and is not reinstalled.
+import subprocess
+import sys
+
+if "google.colab" in sys.modules:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+         "git+https://github.com/transformer-book/transformer-book.git@main"],
+        check=True,
+    )'''

@@ -1,0 +1,30 @@
+"""Companion package of the book *The Transformer, Built Up*.
+
+Each module but :mod:`transformer_book.helpers` is generated from the chapter
+of the same name (``scaled_dot_product.py`` from ``book/scaled-dot-product.md``):
+the code there is exactly the code the chapter teaches, in cells tagged
+``export``. Import from the chapter's module, for example::
+
+    from transformer_book.scaled_dot_product import scaled_dot_product_attention
+"""
+
+from transformer_book.helpers import (
+    by_device,
+    device,
+    glue,
+    on_accelerator,
+    plot_heatmap,
+    seed_everything,
+    use_book_style,
+)
+
+__all__ = [
+    "by_device",
+    "device",
+    "glue",
+    "on_accelerator",
+    "plot_heatmap",
+    "seed_everything",
+    "use_book_style",
+]
+__version__ = "0.1.0"

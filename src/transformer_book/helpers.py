@@ -1,0 +1,173 @@
+"""The few helpers every chapter needs: device, seeds, figure style and ``glue``.
+
+This module is written by hand. Everything else in the package is exported from
+the chapters (see ``scripts/export.py``), so a reader meets each idea once, in
+the chapter that teaches it.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import random
+from typing import Any, TypeVar
+
+import matplotlib as mpl
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+T = TypeVar("T")
+
+#: Okabe-Ito colours: distinguishable with every common colour-vision deficiency.
+PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
+#: Perceptually uniform colour map for heatmaps, readable in greyscale print.
+HEATMAP_CMAP = "viridis"
+
+
+def device() -> torch.device:
+    """The fastest device available: CUDA, then Apple's MPS, then the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def on_accelerator() -> bool:
+    """True when :func:`device` is not the CPU, so a chapter may use larger settings."""
+    return device().type != "cpu"
+
+
+def by_device(cpu: T, accelerator: T) -> T:
+    """Pick a setting: the CPU value is the book's; an accelerator may afford more."""
+    return accelerator if on_accelerator() else cpu
+
+
+def seed_everything(seed: int = 0) -> None:
+    """Seed Python, NumPy and PyTorch so that CPU runs give identical numbers."""
+    random.seed(seed)
+    os.environ["PYTHONHASHSEED"] = str(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def use_book_style() -> None:
+    """Apply the book's figure style: one look for every figure in the book.
+
+    Figures keep an opaque white background so they stay readable on the
+    theme's dark mode, use colour-blind-safe colours, and are sized for a
+    page column.
+    """
+    mpl.rcParams.update(
+        {
+            "figure.figsize": (6.4, 3.8),
+            "figure.dpi": 110,
+            "figure.facecolor": "white",
+            "figure.constrained_layout.use": True,
+            "savefig.facecolor": "white",
+            "savefig.bbox": "tight",
+            "font.size": 10.5,
+            "axes.titlesize": 11.5,
+            "axes.labelsize": 10.5,
+            "axes.facecolor": "white",
+            "axes.edgecolor": "#333333",
+            "axes.grid": True,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "axes.prop_cycle": mpl.cycler(color=PALETTE),
+            "grid.color": "#dddddd",
+            "grid.linewidth": 0.6,
+            "image.cmap": HEATMAP_CMAP,
+            "legend.frameon": False,
+            "lines.linewidth": 2.0,
+            "lines.markersize": 5,
+        }
+    )
+
+
+def plot_heatmap(
+    ax: Axes,
+    values: Any,
+    *,
+    row_labels: list[str] | None = None,
+    col_labels: list[str] | None = None,
+    annotate: bool = False,
+    fmt: str = "{:.2f}",
+    vmin: float | None = 0.0,
+    vmax: float | None = 1.0,
+    colorbar_label: str | None = None,
+) -> None:
+    """Draw a matrix (attention weights, an encoding table) in the book's style."""
+    matrix = _to_numpy(values)
+    if matrix.ndim != 2:
+        raise ValueError(f"plot_heatmap needs a 2-D matrix, got shape {tuple(matrix.shape)}")
+    image = ax.imshow(matrix, cmap=HEATMAP_CMAP, vmin=vmin, vmax=vmax, aspect="auto")
+    ax.grid(False)
+    if row_labels is not None:
+        ax.set_yticks(range(len(row_labels)), labels=row_labels)
+    if col_labels is not None:
+        ax.set_xticks(range(len(col_labels)), labels=col_labels)
+    if annotate:
+        low = matrix.min() if vmin is None else vmin
+        high = matrix.max() if vmax is None else vmax
+        middle = (low + high) / 2
+        for (row, col), value in np.ndenumerate(matrix):
+            colour = "black" if value > middle else "white"
+            ax.text(col, row, fmt.format(value), ha="center", va="center", color=colour, fontsize=9)
+    if colorbar_label is not None:
+        ax.figure.colorbar(image, ax=ax, label=colorbar_label)
+
+
+def glue(name: str, value: Any, display: bool = True) -> None:
+    """Glue a computed value into the book's prose, or show it where myst-nb is absent.
+
+    - Tensors and NumPy scalars holding one number become plain Python numbers,
+      because ``{glue:text}`` parses the value's text form.
+    - In the book (myst-nb installed) the value is stored under ``name``; a
+      figure glued with ``display=False`` is shown only where the text places it.
+    - In Colab (no myst-nb) the value is displayed, with its name for numbers and
+      strings, so the reader sees what the website would have inserted.
+    - Figures are closed afterwards so they are not drawn a second time.
+    """
+    value = _plain(name, value)
+    try:
+        from myst_nb import glue as myst_glue
+    except ImportError:  # Colab, or a bare Python environment
+        myst_glue = None
+
+    if myst_glue is not None:
+        myst_glue(name, value, display=display)
+    else:
+        from IPython.display import display as show
+
+        if isinstance(value, (numbers.Number, str)):
+            print(f"{name} = {value}")
+        else:
+            show(value)
+    if isinstance(value, Figure):
+        plt.close(value)
+
+
+def _plain(name: str, value: Any) -> Any:
+    """Turn one-number tensors and NumPy scalars into Python numbers; refuse arrays."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise TypeError(f"glue {name!r}: glue numbers, not tensors of shape {tuple(value.shape)}")
+        return value.item()
+    if isinstance(value, np.ndarray):
+        if value.size != 1:
+            raise TypeError(f"glue {name!r}: glue numbers, not arrays of shape {value.shape}")
+        return value.item()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _to_numpy(values: Any) -> np.ndarray:
+    if isinstance(values, torch.Tensor):
+        return values.detach().cpu().numpy()
+    return np.asarray(values)

@@ -1,0 +1,77 @@
+"""The hand-written helpers: device choice, seeding, figure style and glue."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+
+import transformer_book
+from transformer_book import helpers
+
+
+def test_device_is_cuda_when_present_else_cpu_or_mps() -> None:
+    chosen = transformer_book.device()
+    if torch.cuda.is_available():
+        assert chosen.type == "cuda"
+    else:
+        assert chosen.type in {"cpu", "mps"}
+
+
+def test_by_device_picks_the_cpu_setting_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(helpers, "device", lambda: torch.device("cpu"))
+    assert helpers.by_device(cpu=1, accelerator=2) == 1
+    monkeypatch.setattr(helpers, "device", lambda: torch.device("cuda"))
+    assert helpers.by_device(cpu=1, accelerator=2) == 2
+
+
+def test_seed_everything_makes_torch_and_numpy_repeatable() -> None:
+    transformer_book.seed_everything(3)
+    first = (torch.rand(4), np.random.rand(4))
+    transformer_book.seed_everything(3)
+    second = (torch.rand(4), np.random.rand(4))
+    assert torch.equal(first[0], second[0])
+    assert np.array_equal(first[1], second[1])
+
+
+def test_book_style_sets_an_opaque_background_and_uniform_colour_map() -> None:
+    transformer_book.use_book_style()
+    assert plt.rcParams["figure.facecolor"] == "white"
+    assert plt.rcParams["image.cmap"] == "viridis"
+
+
+def test_glue_turns_one_number_tensors_and_numpy_scalars_into_python_numbers() -> None:
+    assert helpers._plain("x", torch.tensor(2.5)) == 2.5
+    assert type(helpers._plain("x", np.float64(1.5))) is float
+    assert type(helpers._plain("x", np.int64(7))) is int
+
+
+def test_glue_refuses_tensors_with_many_numbers() -> None:
+    with pytest.raises(TypeError, match="'weights'.*shape \\(2, 2\\)"):
+        helpers._plain("weights", torch.zeros(2, 2))
+
+
+def test_glue_without_myst_nb_prints_numbers_and_closes_figures(monkeypatch, capsys) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_myst_nb(name, *args, **kwargs):
+        if name == "myst_nb":
+            raise ImportError("simulating Colab")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_myst_nb)
+    transformer_book.glue("answer", np.float32(0.5))
+    assert capsys.readouterr().out.strip() == "answer = 0.5"
+    figure = plt.figure()
+    transformer_book.glue("figure", figure, display=False)
+    assert not plt.fignum_exists(figure.number)
+
+
+def test_plot_heatmap_rejects_non_matrices() -> None:
+    figure, axes = plt.subplots()
+    with pytest.raises(ValueError, match="2-D matrix"):
+        transformer_book.plot_heatmap(axes, torch.zeros(2, 2, 2))
+    plt.close(figure)

@@ -1,0 +1,94 @@
+"""The sources agree with each other: package = fresh export, twins = fresh jupytext, chapters follow the anatomy."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import jupytext
+import pytest
+
+import export
+import sync_twins
+from chapters import COLAB_BOOTSTRAP, ROOT, toc_chapters, toc_files
+
+CHAPTERS = toc_chapters()
+ids = [chapter.stem for chapter in CHAPTERS]
+
+
+def test_every_toc_entry_exists() -> None:
+    missing = [page.relative_to(ROOT).as_posix() for page in toc_files() if not page.is_file()]
+    assert not missing, f"_toc.yml lists pages that do not exist: {missing}"
+
+
+def test_every_chapter_in_the_book_folder_is_in_the_toc() -> None:
+    assert set(sync_twins.chapters()) == set(CHAPTERS), "a chapter in book/ is missing from _toc.yml, or vice versa"
+
+
+def test_package_equals_a_fresh_export_of_the_chapters() -> None:
+    expected = export.expected_modules()
+    for path, text in expected.items():
+        assert path.exists(), f"{path.name} is not exported: run python scripts/export.py"
+        assert path.read_text() == text, f"{path.name} differs from its chapter: run python scripts/export.py"
+    orphans = [path.name for path in export.generated_modules() if path not in expected]
+    assert not orphans, f"generated modules without a chapter: {orphans}"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=ids)
+def test_colab_twin_is_in_sync_and_has_no_outputs(chapter: Path) -> None:
+    twin = chapter.with_suffix(".ipynb")
+    assert twin.exists(), f"{twin.name} is missing: run python scripts/sync_twins.py"
+    assert twin.read_text() == sync_twins.twin_text(chapter), f"{twin.name} is stale: run python scripts/sync_twins.py"
+    cells = json.loads(twin.read_text())["cells"]
+    with_outputs = [index for index, cell in enumerate(cells) if cell.get("outputs") or cell.get("execution_count")]
+    assert not with_outputs, f"{twin.name} carries outputs in cells {with_outputs}"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=ids)
+def test_chapter_starts_with_the_hidden_colab_bootstrap(chapter: Path) -> None:
+    first = next(cell for cell in jupytext.read(chapter).cells if cell.cell_type == "code")
+    assert first.source.strip() == COLAB_BOOTSTRAP, f"{chapter.name}: the first code cell is not the Colab bootstrap"
+    assert "remove-cell" in first.metadata.get("tags", []), f"{chapter.name}: the bootstrap cell is not hidden"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=ids)
+def test_chapter_follows_the_anatomy(chapter: Path) -> None:
+    text = chapter.read_text()
+    assert re.search(r"^:::\{admonition\} In this chapter", text, re.M), f"{chapter.name}: no learning goals"
+    assert "\n## Summary" in text, f"{chapter.name}: no summary"
+    exercises = re.findall(r"^```\{exercise\}.*\n:label: (\S+)", text, re.M)
+    solutions = re.findall(r"^```\{solution-start\} (\S+)\n:class: dropdown", text, re.M)
+    assert len(exercises) >= 2, f"{chapter.name}: {len(exercises)} exercises, at least 2 expected"
+    assert sorted(exercises) == sorted(solutions), f"{chapter.name}: exercises {exercises} vs hidden solutions {solutions}"
+    assert text.count("```{solution-start}") == text.count("```{solution-end}"), f"{chapter.name}: unbalanced solutions"
+    notebook = jupytext.read(chapter)
+    checks = [cell for cell in notebook.cells if cell.cell_type == "code" and "remove-cell" in cell.metadata.get("tags", [])]
+    assert any("assert" in cell.source for cell in checks), f"{chapter.name}: no hidden cell asserts its claims"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=ids)
+def test_figures_are_glued_with_real_alt_text_and_none_comes_from_the_web(chapter: Path) -> None:
+    text = chapter.read_text()
+    figures = re.findall(r"^```\{glue:figure\} (\S+)\n((?::\S+:.*\n)*)", text, re.M)
+    assert figures, f"{chapter.name}: glues no figure"
+    for key, options in figures:
+        alt = re.search(r"^:alt: (.+)$", options, re.M)
+        assert alt, f"{chapter.name}: figure {key} has no :alt:"
+        assert len(alt.group(1).split()) >= 6, f"{chapter.name}: alt text of {key} is too short to describe it"
+        assert re.search(r"^:name: fig-", options, re.M), f"{chapter.name}: figure {key} has no :name: fig-... to cite it"
+    web_images = re.findall(r"\]\(https?://[^)]*\.(?:png|jpe?g|gif|svg|webp)\)|\{(?:figure|image)\} *https?://", text)
+    assert not web_images, f"{chapter.name}: images from the web: {web_images}"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=ids)
+def test_glue_keys_are_unique_within_a_chapter(chapter: Path) -> None:
+    keys = re.findall(r"\bglue\(\s*[\"']([^\"']+)[\"']", chapter.read_text())
+    duplicates = sorted({key for key in keys if keys.count(key) > 1})
+    assert not duplicates, f"{chapter.name}: glue keys used twice: {duplicates}"
+
+
+def test_preface_map_lists_every_chapter_of_the_toc() -> None:
+    preface = (ROOT / "book" / "preface.md").read_text()
+    missing = [chapter.stem for chapter in CHAPTERS[1:] if f'"{chapter.stem}"' not in preface]
+    assert not missing, f"the preface's chapter map lacks {missing}"
