@@ -16,6 +16,7 @@ import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from cycler import cycler
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
@@ -78,7 +79,7 @@ def use_book_style() -> None:
             "axes.grid": True,
             "axes.spines.top": False,
             "axes.spines.right": False,
-            "axes.prop_cycle": mpl.cycler(color=PALETTE),
+            "axes.prop_cycle": cycler(color=PALETTE),
             "grid.color": "#dddddd",
             "grid.linewidth": 0.6,
             "image.cmap": HEATMAP_CMAP,
