@@ -5,6 +5,8 @@ Shared by ``tests/test_chapters.py`` and ``scripts/time_chapters.py``.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,20 +61,39 @@ class Execution:
 
 def execute_chapter(chapter: Path, timeout: int = 600) -> Execution:
     """Run every cell of a chapter in a fresh kernel, with the book folder as working directory."""
-    notebook = jupytext.read(chapter)
+    return _execute(jupytext.read(chapter), chapter, cwd=chapter.parent, timeout=timeout)
+
+
+def execute_like_colab(chapter: Path, timeout: int = 600) -> Execution:
+    """Run a chapter's Colab twin as an instructor would: the ``.ipynb``, in a fresh kernel
+    where myst-nb cannot be imported (Colab has none), from an empty working directory
+    (so no cell may rely on files of the repository)."""
+    twin = chapter.with_suffix(".ipynb")
+    notebook = nbformat.read(twin, as_version=4)
+    with tempfile.TemporaryDirectory(prefix="colab-") as scratch:
+        hidden = Path(scratch) / "hidden-packages"
+        (hidden / "myst_nb").mkdir(parents=True)
+        (hidden / "myst_nb" / "__init__.py").write_text(
+            'raise ImportError("myst_nb is hidden: this kernel imitates Google Colab")\n'
+        )
+        path = os.pathsep.join(filter(None, [str(hidden), os.environ.get("PYTHONPATH")]))
+        workdir = Path(scratch) / "content"
+        workdir.mkdir()
+        return _execute(notebook, twin, cwd=workdir, timeout=timeout, env={**os.environ, "PYTHONPATH": path})
+
+
+def _execute(
+    notebook: nbformat.NotebookNode, source: Path, cwd: Path, timeout: int, env: dict[str, str] | None = None
+) -> Execution:
     client = NotebookClient(
-        notebook,
-        timeout=timeout,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(chapter.parent)}},
+        notebook, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}
     )
     start = time.perf_counter()
     try:
-        client.execute()
+        client.execute(**({"env": env} if env is not None else {}))
     except CellExecutionError as error:
-        raise ChapterFailed(f"chapter {chapter.name} failed:\n{error}") from None
-    return Execution(chapter, time.perf_counter() - start, notebook)
-
+        raise ChapterFailed(f"chapter {source.name} failed:\n{error}") from None
+    return Execution(source, time.perf_counter() - start, notebook)
 
 #: The first cell of every chapter: under Colab only, install the companion package
 #: from the repository, without dependencies so that Colab's own torch is kept.
