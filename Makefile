@@ -1,6 +1,6 @@
 # The two commands of the README:
-#   make book   set up .venv, build the whole book into _build/html
-#   make test   set up .venv, run every test (chapters, package, build, twins)
+#   make book   set up .venv and node_modules, build the whole book into _build/html
+#   make test   set up .venv and node_modules, run every test (chapters, package, build, twins, website)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -24,10 +24,12 @@ sync: $(VENV)/.installed
 timing: $(VENV)/.installed
 	$(PY) scripts/time_chapters.py
 
-$(VENV)/.installed: requirements.txt pyproject.toml
+# npm ci installs package-lock.json: MathJax, which the site serves itself, and axe-core for the tests.
+$(VENV)/.installed: requirements.txt pyproject.toml package.json package-lock.json
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	npm ci --no-audit --no-fund
 	touch $@
 
 # jupyter-cache re-runs a chapter only when its own code cells change; a change

@@ -1,0 +1,219 @@
+"""The built HTML, read without a browser: links resolve, images have real alt text, headings
+are in order, and no page asks anything of the network.
+
+Every test reads the one build of the session (the ``book_build`` fixture); none builds again.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urljoin, urlsplit
+
+import pytest
+from bs4 import BeautifulSoup, Tag
+
+from built_site import PAGES, REDIRECT, Page, built_pages, page_id
+
+if TYPE_CHECKING:
+    from conftest import BookBuild
+
+pytestmark = pytest.mark.build
+
+#: Elements and attributes that point at another resource.
+LINK_ATTRIBUTES = {
+    "a": "href", "area": "href", "link": "href", "script": "src", "img": "src",
+    "source": "src", "iframe": "src", "video": "src", "audio": "src", "embed": "src", "object": "data",
+}
+#: Elements whose resource the browser fetches while loading the page (an <a> is only followed).
+LOADED_BY_THE_PAGE = {"link", "script", "img", "source", "iframe", "video", "audio", "embed", "object"}
+NOT_A_LOCATION = ("mailto:", "tel:", "javascript:", "data:")
+IMAGE_FILE = re.compile(r"\.(png|jpe?g|gif|svg|webp|avif|bmp)$", re.IGNORECASE)
+#: An image in the text of a page must be described, not merely labelled.
+MIN_CONTENT_ALT_WORDS = 4
+BASE = "http://book.invalid/"  # resolves relative links the way a browser would; never fetched
+
+
+def soup_of(html_file: Path) -> BeautifulSoup:
+    return BeautifulSoup(html_file.read_text(encoding="utf-8"), "html.parser")
+
+
+def attribute(tag: Tag, name: str) -> str | None:
+    """An attribute as text (BeautifulSoup returns a list for multi-valued ones such as class)."""
+    value = tag.get(name)
+    return " ".join(value) if isinstance(value, list) else value
+
+
+def tags(soup: BeautifulSoup | Tag, *args: Any, **kwargs: Any) -> list[Tag]:
+    """``find_all``, keeping elements only (BeautifulSoup's types also allow text nodes)."""
+    return [tag for tag in soup.find_all(*args, **kwargs) if isinstance(tag, Tag)]
+
+
+@functools.lru_cache(maxsize=None)
+def anchors_in(html_file: Path) -> frozenset[str]:
+    """Every fragment a link may point at in a page: ids, and the names of old-style anchors."""
+    soup = soup_of(html_file)
+    ids = {attribute(tag, "id") for tag in tags(soup, id=True)}
+    names = {attribute(tag, "name") for tag in tags(soup, "a", attrs={"name": True})}
+    return frozenset(anchor for anchor in ids | names if anchor)
+
+
+def built_page(html_root: Path, page: Page) -> Path:
+    html_file = page.html_file(html_root)
+    if not html_file.is_file():
+        pytest.fail(f"{page.path} was not built (see test_build for why)", pytrace=False)
+    return html_file
+
+
+@dataclass
+class Link:
+    tag: str
+    target: str  # as written in the page
+
+    def __str__(self) -> str:
+        return f"<{self.tag}> {self.target}"
+
+
+def links_in(soup: BeautifulSoup) -> list[Link]:
+    """Every resource a page points at, including the target of a ``<meta http-equiv="refresh">``."""
+    links = [
+        Link(tag.name, target.strip())
+        for tag_name, name in LINK_ATTRIBUTES.items()
+        for tag in tags(soup, tag_name)
+        if (target := attribute(tag, name))
+    ]
+    for meta in tags(soup, "meta", attrs={"http-equiv": re.compile("^refresh$", re.IGNORECASE)}):
+        match = re.search(r"url\s*=\s*['\"]?([^'\";]+)", attribute(meta, "content") or "", re.IGNORECASE)
+        if match:
+            links.append(Link("meta refresh", match.group(1).strip()))
+    return links
+
+
+def is_external(target: str) -> bool:
+    return bool(urlsplit(target).scheme) or target.startswith("//")
+
+
+def broken_reason(html_root: Path, page_path: str, target: str) -> str | None:
+    """Why an internal link does not resolve, or None when its file and its fragment exist."""
+    url = urlsplit(urljoin(BASE + page_path, target))
+    path = unquote(url.path).removeprefix("/")
+    if path == "" or path.endswith("/"):
+        path += "index.html"
+    relative = PurePosixPath(path)
+    if ".." in relative.parts:
+        return "points outside the site"
+    file = html_root / relative
+    if not file.is_file():
+        return f"no file {relative}"
+    fragment = unquote(url.fragment)
+    if fragment and file.suffix == ".html" and fragment not in anchors_in(file):
+        return f"{relative} has no element with id {fragment!r}"
+    return None
+
+
+def test_every_built_page_is_checked(book_build: BookBuild) -> None:
+    """The per-page tests here and in test_site_browser.py cover every page the build wrote."""
+    built = built_pages(book_build.html)
+    known = {page.path for page in PAGES} | {REDIRECT.path}
+    assert built, f"no HTML pages in {book_build.html}: the book did not build (see test_build)"
+    unchecked = sorted(built - known)
+    assert not unchecked, (
+        f"pages built but not checked: {unchecked}; add them to tests/built_site.py (a page of _toc.yml is added by itself)"
+    )
+
+
+@pytest.mark.parametrize("page", PAGES + [REDIRECT], ids=page_id)
+def test_internal_links_resolve(book_build: BookBuild, site_report: list[str], page: Page) -> None:
+    html_file = built_page(book_build.html, page)
+    internal, external, broken = 0, 0, []
+    for link in links_in(soup_of(html_file)):
+        if link.target.lower().startswith(NOT_A_LOCATION):
+            continue
+        if is_external(link.target):
+            external += 1
+            continue
+        internal += 1
+        reason = broken_reason(book_build.html, page.path, link.target)
+        if reason:
+            broken.append(f"{link}: {reason}")
+    site_report.append(f"{page.path}: {internal} internal links checked, {external} external links not checked")
+    assert internal > 0, f"{page.path} has no internal link at all: is it an empty page?"
+    assert not broken, f"{page.path} has {len(broken)} broken internal link(s):\n" + "\n".join(broken)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_page_loads_nothing_from_outside(book_build: BookBuild, page: Page) -> None:
+    """Scripts, styles, images and fonts come from the site itself, so it reads offline."""
+    html_file = built_page(book_build.html, page)
+    outside = [
+        str(link) for link in links_in(soup_of(html_file))
+        if link.tag in LOADED_BY_THE_PAGE and is_external(link.target) and not link.target.startswith("data:")
+    ]
+    assert not outside, f"{page.path} loads from the network:\n" + "\n".join(outside)
+
+
+def test_stylesheets_load_nothing_from_outside(book_build: BookBuild) -> None:
+    """No stylesheet of the site imports a web font or a style from the network."""
+    remote = re.compile(r"""(?:url\(\s*['"]?|@import\s+['"])\s*(?:https?:)?//""", re.IGNORECASE)
+    stylesheets = sorted(book_build.html.rglob("*.css"))
+    assert stylesheets, f"no stylesheet in {book_build.html}: the book did not build (see test_build)"
+    offenders = [
+        f"{css.relative_to(book_build.html)}: {match.group(0)}..."
+        for css in stylesheets
+        for match in remote.finditer(css.read_text(encoding="utf-8", errors="replace"))
+    ]
+    assert not offenders, "stylesheets that load from the network:\n" + "\n".join(offenders)
+
+
+def alt_text_problem(image: Tag) -> str | None:
+    """Why an image's alt text does not describe it, or None when it does."""
+    alt = attribute(image, "alt")
+    source = attribute(image, "src") or ""
+    if alt is None:
+        return "has no alt attribute"
+    text = alt.strip()
+    if not text:
+        return "has an empty alt text"
+    if IMAGE_FILE.search(text) or text in (source, PurePosixPath(source).name) or (
+        "/" in text and " " not in text
+    ):
+        return f"has a file name for alt text ({text!r}): give the figure an :alt: option"
+    if image.find_parent("article") is not None and len(text.split()) < MIN_CONTENT_ALT_WORDS:
+        return f"has a label, not a description, for alt text ({text!r}): say what the figure shows"
+    return None
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_images_have_real_alt_text(book_build: BookBuild, page: Page) -> None:
+    soup = soup_of(built_page(book_build.html, page))
+    problems = [
+        f"{image.get('src')}: {problem}"
+        for image in tags(soup, "img")
+        if (problem := alt_text_problem(image))
+    ]
+    assert not problems, f"{page.path}: images without real alt text:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_headings_are_in_order(book_build: BookBuild, page: Page) -> None:
+    """One h1, the page's title, and no level skipped below it (h2 then h4 confuses a screen reader)."""
+    soup = soup_of(built_page(book_build.html, page))
+    article = soup.select_one("article.bd-article") or soup.find("main")
+    assert article is not None, f"{page.path} has no article or main element"
+    headings = [
+        (int(heading.name[1]), heading.get_text(" ", strip=True).removesuffix("#").strip())
+        for heading in tags(article, re.compile(r"^h[1-6]$"))
+    ]
+    assert headings, f"{page.path} has no heading"
+    assert headings[0][0] == 1, f"{page.path} starts with h{headings[0][0]} {headings[0][1]!r}, not with an h1 title"
+    titles = [text for level, text in headings if level == 1]
+    assert len(titles) == 1, f"{page.path} has {len(titles)} h1 headings {titles}: a page has one title"
+    skips = [
+        f"h{previous} {previous_text!r} is followed by h{level} {text!r}"
+        for (previous, previous_text), (level, text) in zip(headings, headings[1:])
+        if level > previous + 1
+    ]
+    assert not skips, f"{page.path} skips heading levels:\n" + "\n".join(skips)
