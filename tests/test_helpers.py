@@ -75,3 +75,15 @@ def test_plot_heatmap_rejects_non_matrices() -> None:
     with pytest.raises(ValueError, match="2-D matrix"):
         transformer_book.plot_heatmap(axes, torch.zeros(2, 2, 2))
     plt.close(figure)
+
+
+def test_glue_shows_tables_but_not_numbers_in_the_book_by_default(monkeypatch) -> None:
+    import myst_nb
+
+    shown = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display: shown.__setitem__(name, display))
+    transformer_book.glue("number", 1.5)
+    transformer_book.glue("text", "cpu")
+    transformer_book.glue("table", [[1, 2]])
+    transformer_book.glue("forced", 2.0, display=True)
+    assert shown == {"number": False, "text": False, "table": True, "forced": True}

@@ -123,13 +123,16 @@ def plot_heatmap(
         ax.figure.colorbar(image, ax=ax, label=colorbar_label)
 
 
-def glue(name: str, value: Any, display: bool = True) -> None:
+def glue(name: str, value: Any, display: bool | None = None) -> None:
     """Glue a computed value into the book's prose, or show it where myst-nb is absent.
 
     - Tensors and NumPy scalars holding one number become plain Python numbers,
       because ``{glue:text}`` parses the value's text form.
-    - In the book (myst-nb installed) the value is stored under ``name``; a
-      figure glued with ``display=False`` is shown only where the text places it.
+    - In the book (myst-nb installed) the value is stored under ``name``. Whether
+      the cell also shows it: ``display`` if given, else yes for tables and other
+      rich values, and no for numbers and strings, which exist for the prose (a
+      column of bare numbers under a code cell teaches nothing). A figure glued
+      with ``display=False`` is shown only where the text places it.
     - In Colab (no myst-nb) the value is displayed, with its name for numbers and
       strings, so the reader sees what the website would have inserted.
     - Figures are closed afterwards so they are not drawn a second time.
@@ -141,6 +144,8 @@ def glue(name: str, value: Any, display: bool = True) -> None:
         myst_glue = None
 
     if myst_glue is not None:
+        if display is None:
+            display = not isinstance(value, (numbers.Number, str))
         myst_glue(name, value, display=display)
     else:
         from IPython.display import display as show
