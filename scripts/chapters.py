@@ -107,3 +107,25 @@ if "google.colab" in sys.modules:
          "git+https://github.com/transformer-book/transformer-book.git@main"],
         check=True,
     )'''
+
+
+def write_or_check(expected: dict[Path, str], orphans: list[Path], check: bool, fix: str) -> int:
+    """Bring generated files in line with their sources, or with ``check`` only report.
+
+    ``expected`` maps each generated file to the text it must hold; ``orphans`` are generated
+    files whose source is gone. Returns the exit status: 1 when checking found a difference.
+    """
+    stale = [path for path, text in expected.items() if not path.exists() or path.read_text() != text]
+    if check:
+        for path in stale:
+            print(f"stale: {path.relative_to(ROOT)} differs from its chapter ({fix})")
+        for path in orphans:
+            print(f"orphan: {path.relative_to(ROOT)} has no chapter ({fix})")
+        return 1 if stale or orphans else 0
+    for path in stale:
+        path.write_text(expected[path])
+        print(f"wrote {path.relative_to(ROOT)}")
+    for path in orphans:
+        path.unlink()
+        print(f"removed {path.relative_to(ROOT)}")
+    return 0

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import jupytext
 
+from chapters import write_or_check
+
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 PACKAGE = ROOT / "src" / "transformer_book"
@@ -68,22 +70,8 @@ def main() -> int:
     args = parser.parse_args()
 
     expected = expected_modules()
-    stale = [path for path, text in expected.items() if not path.exists() or path.read_text() != text]
     orphans = [path for path in generated_modules() if path not in expected]
-    if args.check:
-        for path in stale:
-            print(f"stale: {path.relative_to(ROOT)} differs from a fresh export of its chapter")
-        for path in orphans:
-            print(f"orphan: {path.relative_to(ROOT)} has no chapter exporting it")
-        return 1 if stale or orphans else 0
-    for path in stale:
-        path.write_text(expected[path])
-        print(f"wrote {path.relative_to(ROOT)}")
-    for path in orphans:
-        path.unlink()
-        print(f"removed {path.relative_to(ROOT)}")
-    return 0
-
+    return write_or_check(expected, orphans, args.check, fix="run python scripts/export.py")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import jupytext
 
+from chapters import write_or_check
+
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 
@@ -36,27 +38,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="report stale twins instead of writing them")
     args = parser.parse_args()
-    stale = []
-    for chapter in chapters():
-        twin = chapter.with_suffix(".ipynb")
-        text = twin_text(chapter)
-        if not twin.exists() or twin.read_text() != text:
-            stale.append(twin)
-            if not args.check:
-                twin.write_text(text)
-                print(f"wrote {twin.relative_to(ROOT)}")
+    expected = {chapter.with_suffix(".ipynb"): twin_text(chapter) for chapter in chapters()}
     orphans = [twin for twin in BOOK.glob("*.ipynb") if not twin.with_suffix(".md").exists()]
-    if args.check:
-        for twin in stale:
-            print(f"stale: {twin.relative_to(ROOT)} differs from its .md (run python scripts/sync_twins.py)")
-        for twin in orphans:
-            print(f"orphan: {twin.relative_to(ROOT)} has no .md")
-        return 1 if stale or orphans else 0
-    for twin in orphans:
-        twin.unlink()
-        print(f"removed {twin.relative_to(ROOT)}")
-    return 0
-
+    return write_or_check(expected, orphans, args.check, fix="run python scripts/sync_twins.py")
 
 if __name__ == "__main__":
     sys.exit(main())
