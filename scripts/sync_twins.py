@@ -15,15 +15,12 @@ from pathlib import Path
 
 import jupytext
 
-from chapters import write_or_check
-
-ROOT = Path(__file__).resolve().parents[1]
-BOOK = ROOT / "book"
+from chapters import BOOK, is_notebook, write_or_check
 
 
 def chapters() -> list[Path]:
-    """The executable chapters: MyST text notebooks with a jupytext header."""
-    return [path for path in sorted(BOOK.glob("*.md")) if path.read_text().startswith("---\njupytext:")]
+    """The executable chapters in book/, whether or not _toc.yml lists them yet."""
+    return [path for path in sorted(BOOK.glob("*.md")) if is_notebook(path)]
 
 
 def twin_text(chapter: Path) -> str:
