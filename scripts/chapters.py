@@ -95,16 +95,28 @@ def _execute(
         raise ChapterFailed(f"chapter {source.name} failed:\n{error}") from None
     return Execution(source, time.perf_counter() - start, notebook)
 
-#: The first cell of every chapter: under Colab only, install the companion package
-#: from the repository, without dependencies so that Colab's own torch is kept.
-COLAB_BOOTSTRAP = '''# Colab only: install the book's companion package. Torch is already there and is not reinstalled.
+def repository_url() -> str:
+    """The book's repository, from ``_config.yml``: the Colab links and the bootstrap cell use it."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    return str(config["repository"]["url"]).rstrip("/")
+
+
+def colab_prefix() -> str:
+    """Where Colab opens the repository's notebooks: append ``book/<slug>.ipynb``."""
+    return repository_url().replace("https://github.com/", "https://colab.research.google.com/github/") + "/blob/main/"
+
+
+def colab_bootstrap() -> str:
+    """The first cell of every chapter: under Colab only, install the companion package from
+    the repository, without dependencies so that Colab's own torch is kept."""
+    return f'''# Colab only: install the book's companion package. Torch is already there and is not reinstalled.
 import subprocess
 import sys
 
 if "google.colab" in sys.modules:
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-         "git+https://github.com/transformer-book/transformer-book.git@main"],
+         "git+{repository_url()}.git@main"],
         check=True,
     )'''
 

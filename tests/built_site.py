@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from chapters import ROOT, is_notebook, toc_files
+from chapters import ROOT, colab_prefix, is_notebook, toc_files
 
-COLAB_PREFIX = "https://colab.research.google.com/github/transformer-book/transformer-book/blob/main/"
+COLAB_PREFIX = colab_prefix()
 
 
 @dataclass(frozen=True)

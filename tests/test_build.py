@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from bs4 import BeautifulSoup
 
-from chapters import ROOT, is_notebook, toc_files
+from chapters import ROOT, colab_prefix, is_notebook, toc_files
 
 pytestmark = pytest.mark.build
-COLAB_PREFIX = "https://colab.research.google.com/github/transformer-book/transformer-book/blob/main/"
+COLAB_PREFIX = colab_prefix()
 
 
 def test_book_builds_without_warnings(book_build) -> None:

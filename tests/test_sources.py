@@ -11,7 +11,7 @@ import pytest
 
 import export
 import sync_twins
-from chapters import COLAB_BOOTSTRAP, ROOT, toc_chapters, toc_files
+from chapters import ROOT, colab_bootstrap, toc_chapters, toc_files
 
 CHAPTERS = toc_chapters()
 ids = [chapter.stem for chapter in CHAPTERS]
@@ -48,7 +48,7 @@ def test_colab_twin_is_in_sync_and_has_no_outputs(chapter: Path) -> None:
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=ids)
 def test_chapter_starts_with_the_hidden_colab_bootstrap(chapter: Path) -> None:
     first = next(cell for cell in jupytext.read(chapter).cells if cell.cell_type == "code")
-    assert first.source.strip() == COLAB_BOOTSTRAP, f"{chapter.name}: the first code cell is not the Colab bootstrap"
+    assert first.source.strip() == colab_bootstrap(), f"{chapter.name}: the first code cell is not the Colab bootstrap"
     assert "remove-cell" in first.metadata.get("tags", []), f"{chapter.name}: the bootstrap cell is not hidden"
 
 
