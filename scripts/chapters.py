@@ -101,9 +101,10 @@ def repository_url() -> str:
     return str(config["repository"]["url"]).rstrip("/")
 
 
-def colab_prefix() -> str:
-    """Where Colab opens the repository's notebooks: append ``book/<slug>.ipynb``."""
-    return repository_url().replace("https://github.com/", "https://colab.research.google.com/github/") + "/blob/main/"
+def colab_url(chapter: Path) -> str:
+    """Where Colab opens a chapter: its ``.ipynb`` twin in the repository, on ``main``."""
+    repository = repository_url().replace("https://github.com/", "https://colab.research.google.com/github/")
+    return f"{repository}/blob/main/{chapter.relative_to(ROOT).with_suffix('.ipynb').as_posix()}"
 
 
 def colab_bootstrap() -> str:

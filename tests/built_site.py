@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from chapters import ROOT, colab_prefix, is_notebook, toc_files
-
-COLAB_PREFIX = colab_prefix()
+from chapters import ROOT, colab_url, is_notebook, toc_files
 
 
 @dataclass(frozen=True)
@@ -37,7 +35,7 @@ class Page:
 
     def colab_url(self) -> str:
         assert self.source is not None, f"{self.path} has no notebook"
-        return COLAB_PREFIX + self.source.relative_to(ROOT).with_suffix(".ipynb").as_posix()
+        return colab_url(self.source)
 
 
 #: Every page of _toc.yml, in reading order.

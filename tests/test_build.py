@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 from bs4 import BeautifulSoup
 
-from chapters import ROOT, colab_prefix, is_notebook, toc_files
+from chapters import ROOT, colab_url, is_notebook, toc_files
 
 pytestmark = pytest.mark.build
-COLAB_PREFIX = colab_prefix()
 
 
 def test_book_builds_without_warnings(book_build) -> None:
@@ -32,5 +31,5 @@ def test_colab_button_opens_the_chapters_notebook(book_build, chapter: Path) -> 
     html = book_build.html / chapter.relative_to(ROOT).with_suffix(".html")
     soup = BeautifulSoup(html.read_text(), "html.parser")
     links = [anchor["href"] for anchor in soup.find_all("a", href=True) if "colab.research.google.com" in anchor["href"]]
-    expected = COLAB_PREFIX + chapter.relative_to(ROOT).with_suffix(".ipynb").as_posix()
+    expected = colab_url(chapter)
     assert links == [expected], f"{chapter.name}: Colab links {links}, expected [{expected}]"
