@@ -87,3 +87,14 @@ def test_glue_shows_tables_but_not_numbers_in_the_book_by_default(monkeypatch) -
     transformer_book.glue("table", [[1, 2]])
     transformer_book.glue("forced", 2.0, display=True)
     assert shown == {"number": False, "text": False, "table": True, "forced": True}
+
+
+def test_progress_draws_the_finished_bar_once_when_output_is_captured(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bar = transformer_book.progress(range(5), desc="training")
+    for step in bar:
+        bar.set_postfix(loss=1.0 / (step + 1), refresh=False)
+    printed = capsys.readouterr().out
+    assert printed.count("training") == 1, printed
+    assert "5/5" in printed and "loss=0.2" in printed

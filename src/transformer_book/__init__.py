@@ -14,6 +14,7 @@ from transformer_book.helpers import (
     glue,
     on_accelerator,
     plot_heatmap,
+    progress,
     seed_everything,
     use_book_style,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "glue",
     "on_accelerator",
     "plot_heatmap",
+    "progress",
     "seed_everything",
     "use_book_style",
 ]

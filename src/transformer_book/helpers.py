@@ -1,4 +1,4 @@
-"""The few helpers every chapter needs: device, seeds, figure style and ``glue``.
+"""The few helpers every chapter needs: device, seeds, figure style, progress bars and ``glue``.
 
 This module is written by hand. Everything else in the package is exported from
 the chapters (see ``scripts/export.py``), so a reader meets each idea once, in
@@ -7,9 +7,12 @@ the chapter that teaches it.
 
 from __future__ import annotations
 
+import importlib.util
 import numbers
 import os
 import random
+import sys
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import matplotlib as mpl
@@ -19,6 +22,7 @@ import torch
 from cycler import cycler
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from tqdm import tqdm
 
 T = TypeVar("T")
 
@@ -54,6 +58,42 @@ def seed_everything(seed: int = 0) -> None:
     os.environ["PYTHONHASHSEED"] = str(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def progress(iterable: Iterable[T], *, desc: str, total: int | None = None) -> tqdm[T]:
+    """A progress bar for a training loop, fitted to where the chapter runs.
+
+    - In Jupyter or Colab with ipywidgets: tqdm's live notebook bar.
+    - In a terminal: tqdm's live text bar.
+    - Anywhere else, such as the book's build, where every redraw would stay in the
+      page as a line of its own: nothing while running, then the finished bar once.
+
+    Report a running loss with ``bar.set_postfix(loss=..., refresh=False)``, so that
+    the quiet bar stays quiet until the end.
+    """
+    in_notebook = "ipykernel" in sys.modules
+    if in_notebook and importlib.util.find_spec("ipywidgets") is not None:
+        from tqdm.notebook import tqdm as notebook_tqdm
+
+        bar: tqdm[T] = notebook_tqdm(iterable, desc=desc, total=total)
+        return bar
+    if sys.stdout.isatty():
+        return tqdm(iterable, desc=desc, total=total, file=sys.stdout)
+    return _FinishedBar(iterable, desc=desc, total=total, file=sys.stdout)
+
+
+class _FinishedBar(tqdm):  # type: ignore[type-arg]  # tqdm is generic only in its stubs
+    """A tqdm bar that draws nothing until it is closed, then draws its final state once."""
+
+    def __init__(self, iterable: Iterable[T], *, desc: str, total: int | None, file: Any) -> None:
+        # An infinite delay keeps tqdm from drawing while the loop runs.
+        super().__init__(iterable, desc=desc, total=total, file=file,
+                         delay=float("inf"), mininterval=float("inf"))
+
+    def close(self) -> None:
+        # tqdm skips the final draw of a bar it never showed; lifting the delay restores it.
+        self.delay = 0
+        super().close()
 
 
 def use_book_style() -> None:
