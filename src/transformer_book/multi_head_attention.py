@@ -7,7 +7,7 @@ import operator
 import torch
 from torch import Tensor, nn
 
-from transformer_book.scaled_dot_product import scaled_dot_product_attention
+from transformer_book.scaled_dot_product import check_mask, scaled_dot_product_attention
 
 
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
@@ -116,17 +116,12 @@ def _check_multi_head_inputs(d_model: int, query: Tensor, key: Tensor, value: Te
                          f"got query {tuple(query.shape)} and key {tuple(key.shape)}")
     if mask is None:
         return
-    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-        found = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
-        raise ValueError(f"mask must be a bool tensor, True where a query may attend to a key; got {found}")
-    expected = (query.shape[0], query.shape[1], key.shape[1])
     try:
-        fits = torch.broadcast_shapes(mask.shape, expected) == expected
-    except RuntimeError:
-        fits = False
-    if not fits:
-        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to (batch, n, m) = "
-                         f"{expected}; give one mask for all heads, the module adds the head dimension")
+        check_mask(mask, (query.shape[0], query.shape[1], key.shape[1]))
+    except ValueError as problem:
+        # The scores here are (batch, n, m): one mask serves every head.
+        raise ValueError(f"{problem}; give one mask for all heads, the module adds the head "
+                         f"dimension") from None
 
 
 def load_torch_weights(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:

@@ -104,16 +104,19 @@ def _check_attention_inputs(query: Tensor, key: Tensor, value: Tensor, mask: Ten
     except RuntimeError:
         raise ValueError(f"the leading (batch) dimensions of query {tuple(query.shape)}, key "
                          f"{tuple(key.shape)} and value {tuple(value.shape)} do not broadcast") from None
-    if mask is None:
-        return
+    if mask is not None:
+        check_mask(mask, (*batch_shape, query.shape[-2], key.shape[-2]))
+
+
+def check_mask(mask: Tensor, scores_shape: tuple[int, ...]) -> None:
+    """Raise ValueError, naming the problem, unless mask is a bool tensor that broadcasts to scores_shape."""
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
         found = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
         raise ValueError(f"mask must be a bool tensor, True where a query may attend to a key; got {found}")
-    scores_shape = (*batch_shape, query.shape[-2], key.shape[-2])
     try:
         fits = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
     except RuntimeError:
         fits = False
     if not fits:
         raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' "
-                         f"shape {scores_shape} (..., n, m)")
+                         f"shape {tuple(scores_shape)} (..., n, m)")
