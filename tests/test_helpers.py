@@ -98,3 +98,11 @@ def test_progress_draws_the_finished_bar_once_when_output_is_captured(
     printed = capsys.readouterr().out
     assert printed.count("training") == 1, printed
     assert "5/5" in printed and "loss=0.2" in printed
+
+
+def test_count_parameters_counts_a_shared_tensor_once() -> None:
+    embedding, projection = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False)
+    assert helpers.count_parameters(torch.nn.ModuleList([embedding, projection])) == 80
+    projection.weight = embedding.weight  # tied: one (10, 4) matrix used twice
+    assert helpers.count_parameters(torch.nn.ModuleList([embedding, projection])) == 40
+    assert helpers.count_parameters(torch.nn.Linear(3, 4)) == 3 * 4 + 4

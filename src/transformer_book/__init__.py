@@ -10,6 +10,7 @@ the code there is exactly the code the chapter teaches, in cells tagged
 
 from transformer_book.helpers import (
     by_device,
+    count_parameters,
     device,
     glue,
     on_accelerator,
@@ -21,6 +22,7 @@ from transformer_book.helpers import (
 
 __all__ = [
     "by_device",
+    "count_parameters",
     "device",
     "glue",
     "on_accelerator",

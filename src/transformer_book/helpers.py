@@ -1,4 +1,5 @@
-"""The few helpers every chapter needs: device, seeds, figure style, progress bars and ``glue``.
+"""The few helpers every chapter needs: device, seeds, figure style, progress bars, ``glue``,
+and a parameter count.
 
 This module is written by hand. Everything else in the package is exported from
 the chapters (see ``scripts/export.py``), so a reader meets each idea once, in
@@ -50,6 +51,15 @@ def on_accelerator() -> bool:
 def by_device(cpu: T, accelerator: T) -> T:
     """Pick a setting: the CPU value is the book's; an accelerator may afford more."""
     return accelerator if on_accelerator() else cpu
+
+
+def count_parameters(module: torch.nn.Module) -> int:
+    """The number of distinct trainable numbers in module.
+
+    ``module.parameters()`` yields a tensor shared by several layers once, so a tied matrix
+    counts once; frozen parameters (``requires_grad=False``) are left out.
+    """
+    return sum(parameter.numel() for parameter in module.parameters() if parameter.requires_grad)
 
 
 def seed_everything(seed: int = 0) -> None:
