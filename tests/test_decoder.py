@@ -1,0 +1,310 @@
+"""Unit tests for transformer_book.decoder (exported from book/decoder.md)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from transformer_book.block_anatomy import LayerNorm
+from transformer_book.decoder import (
+    Decoder,
+    DecoderLayer,
+    load_torch_decoder,
+    load_torch_decoder_layer,
+    shift_right,
+)
+from transformer_book.scaled_dot_product import causal_mask, padding_mask
+
+BATCH, M, N, D_MODEL, HEADS, D_FF, LAYERS = 2, 5, 7, 16, 4, 32, 2
+SOURCE_LENGTHS = [7, 4]
+
+
+def inputs(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Decoder input x (BATCH, M, D_MODEL), memory (BATCH, N, D_MODEL) and the source padding mask."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(BATCH, M, D_MODEL, generator=generator)
+    memory = torch.randn(BATCH, N, D_MODEL, generator=generator)
+    return x, memory, padding_mask(torch.tensor(SOURCE_LENGTHS), N)
+
+
+def nudge(module: nn.Module, seed: int = 0) -> nn.Module:
+    """Random noise on every parameter: PyTorch's zero biases and identity LayerNorms would hide misplaced copies."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.add_(0.1 * torch.randn(parameter.shape, generator=generator))
+    return module
+
+
+def torch_masks(memory_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The book's masks in PyTorch's convention (True = blocked)."""
+    return {"tgt_mask": ~causal_mask(M), "memory_key_padding_mask": ~memory_mask[:, 0]}
+
+
+# --- shift_right -------------------------------------------------------------------------------
+
+def test_shift_right_puts_the_start_token_first_and_drops_the_last_target() -> None:
+    targets = torch.tensor([[5, 6, 7, 2], [8, 2, 0, 0]])
+    shifted = shift_right(targets, start_token=1)
+    assert torch.equal(shifted, torch.tensor([[1, 5, 6, 7], [1, 8, 2, 0]]))
+    assert shifted.shape == targets.shape and shifted.dtype == targets.dtype
+    assert torch.equal(targets, torch.tensor([[5, 6, 7, 2], [8, 2, 0, 0]]))  # the input is not modified
+
+
+def test_shift_right_of_a_single_token_is_the_start_token() -> None:
+    assert torch.equal(shift_right(torch.tensor([[9], [4]]), 3), torch.tensor([[3], [3]]))
+
+
+@pytest.mark.parametrize("targets", [torch.tensor([1, 2, 3]), torch.ones(2, 3, 4, dtype=torch.long)])
+def test_shift_right_rejects_targets_that_are_not_batch_by_length(targets: torch.Tensor) -> None:
+    with pytest.raises(ValueError, match=r"targets must have shape \(batch, m\)"):
+        shift_right(targets, 1)
+
+
+def test_shift_right_rejects_float_targets() -> None:
+    with pytest.raises(ValueError, match="targets must hold integer token ids, got dtype torch.float32"):
+        shift_right(torch.ones(2, 3), 1)
+
+
+@pytest.mark.parametrize(("start_token", "message"), [(1.5, "start_token must be an integer token id, got 1.5"),
+                                                      (-1, "start_token must be a non-negative token id, got -1")])
+def test_shift_right_rejects_a_bad_start_token(start_token: float, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        shift_right(torch.ones(2, 3, dtype=torch.long), start_token)  # type: ignore[arg-type]
+
+
+# --- shapes ------------------------------------------------------------------------------------
+
+def test_decoder_layer_shapes_and_stored_weights() -> None:
+    x, memory, memory_mask = inputs()
+    layer = DecoderLayer(D_MODEL, HEADS, D_FF)
+    output = layer(x, memory, memory_mask=memory_mask)
+    assert output.shape == (BATCH, M, D_MODEL)
+    assert layer.self_attention_weights is not None and layer.cross_attention_weights is not None
+    assert layer.self_attention_weights.shape == (BATCH, HEADS, M, M)
+    assert layer.cross_attention_weights.shape == (BATCH, HEADS, M, N)
+    assert not layer.cross_attention_weights.requires_grad
+    # Default self-attention mask is causal; the memory mask hides the padded source positions.
+    assert (layer.self_attention_weights.triu(diagonal=1) == 0).all()
+    assert (layer.cross_attention_weights[1, ..., SOURCE_LENGTHS[1]:] == 0).all()
+    assert (layer.cross_attention_weights[1, ..., :SOURCE_LENGTHS[1]] > 0).all()
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_stack_shapes_and_final_norm(norm_first: bool) -> None:
+    x, memory, memory_mask = inputs()
+    decoder = Decoder(3, D_MODEL, HEADS, D_FF, norm_first=norm_first)
+    assert len(decoder.layers) == 3
+    assert isinstance(decoder.norm, LayerNorm if norm_first else nn.Identity)
+    assert decoder(x, memory, memory_mask=memory_mask).shape == (BATCH, M, D_MODEL)
+
+
+def test_decoder_handles_a_target_longer_than_the_source() -> None:
+    decoder = Decoder(1, D_MODEL, HEADS, D_FF)
+    x, memory = torch.randn(1, 9, D_MODEL), torch.randn(1, 3, D_MODEL)
+    assert decoder(x, memory).shape == (1, 9, D_MODEL)
+
+
+def test_parameter_count_of_a_paper_size_layer() -> None:
+    with torch.device("meta"):
+        layer = DecoderLayer(512, 8, 2048)
+    assert sum(parameter.numel() for parameter in layer.parameters()) == 4_204_032
+
+
+# --- causality and padding ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("t", range(M))
+def test_changing_a_later_input_leaves_every_earlier_output_identical(t: int, norm_first: bool) -> None:
+    torch.manual_seed(0)
+    x, memory, memory_mask = inputs()
+    decoder = Decoder(LAYERS, D_MODEL, HEADS, D_FF, norm_first=norm_first).eval()
+    changed = x.clone()
+    changed[:, t] += torch.randn(D_MODEL)
+    with torch.no_grad():
+        difference = (decoder(changed, memory, memory_mask=memory_mask)
+                      - decoder(x, memory, memory_mask=memory_mask)).abs()
+    assert (difference[:, :t] == 0).all()          # exactly: masked weights are exactly zero
+    assert (difference[:, t:].amax(dim=-1) > 1e-4).all()
+
+
+def test_without_the_causal_mask_earlier_outputs_do_change() -> None:
+    torch.manual_seed(0)
+    x, memory, memory_mask = inputs()
+    decoder = Decoder(LAYERS, D_MODEL, HEADS, D_FF).eval()
+    changed = x.clone()
+    changed[:, -1] += 1.0
+    everywhere = torch.ones(M, M, dtype=torch.bool)
+    with torch.no_grad():
+        difference = (decoder(changed, memory, everywhere, memory_mask)
+                      - decoder(x, memory, everywhere, memory_mask)).abs()
+    assert difference[:, 0].max() > 1e-4
+
+
+def test_prediction_i_never_depends_on_target_i_after_the_shift() -> None:
+    torch.manual_seed(0)
+    embedding = nn.Embedding(10, D_MODEL)
+    decoder = Decoder(LAYERS, D_MODEL, HEADS, D_FF).eval()
+    targets = torch.randint(3, 10, (1, M))
+    memory = torch.randn(1, N, D_MODEL)
+    with torch.no_grad():
+        original = decoder(embedding(shift_right(targets, 1)), memory)
+        for t in range(M):
+            changed = targets.clone()
+            changed[0, t] = 2
+            output = decoder(embedding(shift_right(changed, 1)), memory)
+            assert torch.equal(output[:, :t + 1], original[:, :t + 1])
+
+
+def test_memory_padding_does_not_leak() -> None:
+    torch.manual_seed(0)
+    x, memory, memory_mask = inputs()
+    decoder = Decoder(LAYERS, D_MODEL, HEADS, D_FF).eval()
+    changed = memory.clone()
+    changed[1, SOURCE_LENGTHS[1]:] = torch.randn(N - SOURCE_LENGTHS[1], D_MODEL)  # padded positions only
+    with torch.no_grad():
+        original = decoder(x, memory, memory_mask=memory_mask)
+        assert torch.equal(decoder(x, changed, memory_mask=memory_mask), original)
+        # Without the memory mask the padding is read: the test can tell the difference.
+        assert not torch.allclose(decoder(x, changed), decoder(x, memory))
+
+
+def test_every_real_source_position_reaches_the_first_target_position() -> None:
+    torch.manual_seed(0)
+    x, memory, memory_mask = inputs()
+    decoder = Decoder(LAYERS, D_MODEL, HEADS, D_FF).eval()
+    with torch.no_grad():
+        original = decoder(x, memory, memory_mask=memory_mask)
+        for j in range(SOURCE_LENGTHS[1]):
+            changed = memory.clone()
+            changed[1, j] += 1.0
+            assert (decoder(x, changed, memory_mask=memory_mask) - original)[1, 0].abs().max() > 1e-4
+
+
+def test_target_padding_needs_no_extra_mask() -> None:
+    torch.manual_seed(0)
+    x, memory, memory_mask = inputs()
+    decoder = Decoder(LAYERS, D_MODEL, HEADS, D_FF).eval()
+    real = 3                                              # positions 3.. are padding
+    changed = x.clone()
+    changed[:, real:] = torch.randn(BATCH, M - real, D_MODEL)
+    with torch.no_grad():
+        difference = decoder(changed, memory, memory_mask=memory_mask) - decoder(x, memory, memory_mask=memory_mask)
+    assert (difference[:, :real] == 0).all()
+
+
+# --- agreement with PyTorch --------------------------------------------------------------------
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_decoder_layer_agrees_with_nn_transformer_decoder_layer(norm_first: bool, activation: str) -> None:
+    torch.manual_seed(0)
+    x, memory, memory_mask = inputs()
+    theirs = nudge(nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF, dropout=0.0, activation=activation,
+                                              batch_first=True, norm_first=norm_first))
+    ours = DecoderLayer(D_MODEL, HEADS, D_FF, activation=activation, norm_first=norm_first)
+    load_torch_decoder_layer(ours, theirs)
+    with torch.no_grad():
+        expected = theirs(x, memory, **torch_masks(memory_mask))
+        assert (ours(x, memory, memory_mask=memory_mask) - expected).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_decoder_agrees_with_nn_transformer_decoder(norm_first: bool, activation: str) -> None:
+    torch.manual_seed(0)
+    x, memory, memory_mask = inputs()
+    layer = nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF, dropout=0.0, activation=activation,
+                                       batch_first=True, norm_first=norm_first)
+    theirs = nudge(nn.TransformerDecoder(layer, LAYERS, norm=nn.LayerNorm(D_MODEL) if norm_first else None))
+    ours = Decoder(LAYERS, D_MODEL, HEADS, D_FF, activation=activation, norm_first=norm_first)
+    load_torch_decoder(ours, theirs)
+    with torch.no_grad():
+        expected = theirs(x, memory, **torch_masks(memory_mask))
+        difference = (ours(x, memory, memory_mask=memory_mask) - expected).abs().max()
+        assert difference < 1e-5
+        # The layers are not interchangeable: swapping two of them breaks the agreement.
+        ours.layers = nn.ModuleList(reversed(list(ours.layers)))
+        assert (ours(x, memory, memory_mask=memory_mask) - expected).abs().max() > 1e-3
+
+
+def test_load_torch_decoder_layer_rejects_a_different_layernorm_order() -> None:
+    theirs = nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF, batch_first=True, norm_first=True)
+    with pytest.raises(ValueError, match="theirs has norm_first=True, ours has norm_first=False"):
+        load_torch_decoder_layer(DecoderLayer(D_MODEL, HEADS, D_FF), theirs)
+
+
+def test_load_torch_decoder_layer_rejects_a_different_activation() -> None:
+    theirs = nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF, batch_first=True, activation="gelu")
+    with pytest.raises(ValueError, match="theirs uses activation 'gelu', ours uses 'relu'"):
+        load_torch_decoder_layer(DecoderLayer(D_MODEL, HEADS, D_FF), theirs)
+
+
+def test_load_torch_decoder_layer_rejects_different_sizes() -> None:
+    theirs = nn.TransformerDecoderLayer(D_MODEL, HEADS, 2 * D_FF, batch_first=True)
+    with pytest.raises(ValueError, match="sizes differ"):
+        load_torch_decoder_layer(DecoderLayer(D_MODEL, HEADS, D_FF), theirs)
+
+
+def test_load_torch_decoder_rejects_a_different_number_of_layers() -> None:
+    theirs = nn.TransformerDecoder(nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF, batch_first=True), 3)
+    with pytest.raises(ValueError, match="theirs has 3 layers, ours has 2"):
+        load_torch_decoder(Decoder(2, D_MODEL, HEADS, D_FF), theirs)
+
+
+def test_load_torch_decoder_rejects_a_final_norm_on_one_side_only() -> None:
+    layer = nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF, batch_first=True)
+    theirs = nn.TransformerDecoder(layer, 2, norm=nn.LayerNorm(D_MODEL))  # post-LN layers, yet a final norm
+    with pytest.raises(ValueError, match="one decoder stack ends in a LayerNorm and the other does not"):
+        load_torch_decoder(Decoder(2, D_MODEL, HEADS, D_FF), theirs)
+
+
+# --- constructor and input errors --------------------------------------------------------------
+
+@pytest.mark.parametrize("num_layers", [0, -1, 2.5])
+def test_decoder_rejects_a_bad_number_of_layers(num_layers: int) -> None:
+    with pytest.raises(ValueError, match="num_layers must be a positive integer"):
+        Decoder(num_layers, D_MODEL, HEADS, D_FF)
+
+
+@pytest.mark.parametrize("build", [lambda: DecoderLayer(D_MODEL, 3, D_FF), lambda: Decoder(2, D_MODEL, 3, D_FF)])
+def test_a_head_count_that_does_not_divide_d_model_is_rejected(build) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match="d_model=16 is not divisible by num_heads=3"):
+        build()
+
+
+def test_negative_dropout_is_rejected() -> None:
+    with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\), got dropout=-0.1"):
+        DecoderLayer(D_MODEL, HEADS, D_FF, dropout=-0.1)
+
+
+def test_an_unknown_activation_is_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown activation 'tanh'; choose one of 'relu', 'gelu'"):
+        Decoder(2, D_MODEL, HEADS, D_FF, activation="tanh")
+
+
+@pytest.mark.parametrize("module", [DecoderLayer(D_MODEL, HEADS, D_FF), Decoder(2, D_MODEL, HEADS, D_FF)])
+def test_inputs_of_the_wrong_shape_are_rejected(module: nn.Module) -> None:
+    x, memory, _ = inputs()
+    with pytest.raises(ValueError, match=r"x must have shape \(batch, m, d_model=16\), got \(2, 5, 8\)"):
+        module(x[..., :8], memory)
+    with pytest.raises(ValueError, match=r"x must have shape \(batch, m, d_model=16\), got \(5, 16\)"):
+        module(x[0], memory)
+    with pytest.raises(ValueError, match=r"memory must have shape \(batch, n, d_model=16\), got \(2, 7, 8\)"):
+        module(x, memory[..., :8])
+    with pytest.raises(ValueError, match="x and memory must have the same batch size"):
+        module(x, memory[:1])
+
+
+@pytest.mark.parametrize("module", [DecoderLayer(D_MODEL, HEADS, D_FF), Decoder(2, D_MODEL, HEADS, D_FF)])
+def test_masks_of_the_wrong_shape_or_dtype_are_rejected(module: nn.Module) -> None:
+    x, memory, memory_mask = inputs()
+    with pytest.raises(ValueError, match=r"mask of shape \(4, 4\) does not broadcast"):
+        module(x, memory, self_mask=causal_mask(4), memory_mask=memory_mask)
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 1, 5\) does not broadcast"):
+        module(x, memory, memory_mask=padding_mask(torch.tensor([5, 3]), 5))   # padded to M, not N
+    with pytest.raises(ValueError, match="give one mask for all heads"):
+        module(x, memory, memory_mask=memory_mask[:, None])                     # with a head dimension
+    with pytest.raises(ValueError, match="mask must be a bool tensor"):
+        module(x, memory, self_mask=causal_mask(M).float())
