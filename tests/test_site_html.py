@@ -217,3 +217,17 @@ def test_headings_are_in_order(book_build: BookBuild, page: Page) -> None:
         if level > previous + 1
     ]
     assert not skips, f"{page.path} skips heading levels:\n" + "\n".join(skips)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_no_unrendered_math(book_build: BookBuild, page: Page) -> None:
+    """Every $...$ of the source became MathJax math: a dollar sign left in the prose means the
+    Markdown parser broke a formula, for example at a line that starts with "+" (a list item)."""
+    soup = soup_of(built_page(book_build.html, page))
+    article = soup.select_one("article.bd-article") or soup.find("main")
+    assert article is not None, f"{page.path} has no article or main element"
+    for code in tags(article, ["pre", "code", "script", "style"]):
+        code.decompose()
+    prose = article.get_text(" ")
+    leftovers = [prose[max(0, match.start() - 50):match.end() + 50] for match in re.finditer(r"\$", prose)]
+    assert not leftovers, f"{page.path}: dollar signs left in the rendered prose:\n" + "\n".join(leftovers)
