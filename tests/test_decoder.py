@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from torch_reference import nudge
 from transformer_book.block_anatomy import LayerNorm
 from transformer_book.decoder import (
     Decoder,
@@ -26,15 +27,6 @@ def inputs(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     x = torch.randn(BATCH, M, D_MODEL, generator=generator)
     memory = torch.randn(BATCH, N, D_MODEL, generator=generator)
     return x, memory, padding_mask(torch.tensor(SOURCE_LENGTHS), N)
-
-
-def nudge(module: nn.Module, seed: int = 0) -> nn.Module:
-    """Random noise on every parameter: PyTorch's zero biases and identity LayerNorms would hide misplaced copies."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in module.parameters():
-            parameter.add_(0.1 * torch.randn(parameter.shape, generator=generator))
-    return module
 
 
 def torch_masks(memory_mask: torch.Tensor) -> dict[str, torch.Tensor]:

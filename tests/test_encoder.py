@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from torch_reference import nudge
 from transformer_book.block_anatomy import LayerNorm
 from transformer_book.encoder import (
     Encoder,
@@ -20,16 +21,6 @@ from transformer_book.scaled_dot_product import padding_mask
 
 BATCH, N, D_MODEL, HEADS, D_FF, LAYERS = 3, 6, 16, 4, 32, 3
 LENGTHS = [6, 4, 1]
-
-
-def nudge(module: nn.Module, seed: int = 0) -> nn.Module:
-    """Add noise to every parameter: PyTorch's zero biases, unit LayerNorms and cloned layers
-    would let a parameter copied to the wrong place go unnoticed."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in module.parameters():
-            parameter.add_(0.1 * torch.randn(parameter.shape, generator=generator))
-    return module.eval()
 
 
 def their_layer(norm_first: bool = False, activation: str = "relu") -> nn.TransformerEncoderLayer:
@@ -153,11 +144,11 @@ def test_agrees_with_torch(part: str, norm_first: bool, activation: str, padded:
     torch.manual_seed(0)
     ours: EncoderLayer | Encoder
     if part == "layer":
-        theirs = nudge(their_layer(norm_first, activation))
+        theirs = nudge(their_layer(norm_first, activation)).eval()
         ours = EncoderLayer(D_MODEL, HEADS, D_FF, activation=activation, norm_first=norm_first).eval()
         load_torch_encoder_layer(ours, theirs)
     else:
-        theirs = nudge(their_stack(norm_first, activation))
+        theirs = nudge(their_stack(norm_first, activation)).eval()
         ours = Encoder(LAYERS, D_MODEL, HEADS, D_FF, activation=activation, norm_first=norm_first).eval()
         load_torch_encoder(ours, theirs)
     x = inputs()
@@ -170,7 +161,7 @@ def test_agrees_with_torch(part: str, norm_first: bool, activation: str, padded:
 
 def test_stack_agrees_with_torch_fast_path_at_real_positions() -> None:
     torch.manual_seed(0)
-    theirs = nudge(nn.TransformerEncoder(their_layer(), LAYERS, norm=None))  # nested tensors allowed
+    theirs = nudge(nn.TransformerEncoder(their_layer(), LAYERS, norm=None)).eval()  # nested tensors allowed
     ours = Encoder(LAYERS, D_MODEL, HEADS, D_FF).eval()
     load_torch_encoder(ours, theirs)
     mask = padding_mask(LENGTHS, N)
@@ -185,7 +176,7 @@ def test_stack_agrees_with_torch_fast_path_at_real_positions() -> None:
 def test_loaded_layers_keep_their_order() -> None:
     # A loader that copied the same layer everywhere, or reversed them, must fail this test.
     torch.manual_seed(0)
-    theirs = nudge(their_stack())
+    theirs = nudge(their_stack()).eval()
     ours = Encoder(LAYERS, D_MODEL, HEADS, D_FF)
     load_torch_encoder(ours, theirs)
     for our_layer, their_layer_ in zip(ours.layers, theirs.layers):
@@ -223,7 +214,7 @@ def test_loader_rejects_a_different_final_norm() -> None:
 
 
 def test_final_norm_loader_copies_the_norm() -> None:
-    ours, theirs = LayerNorm(D_MODEL), nudge(nn.LayerNorm(D_MODEL))
+    ours, theirs = LayerNorm(D_MODEL), nudge(nn.LayerNorm(D_MODEL)).eval()
     load_torch_final_norm(ours, theirs, "encoder")
     assert torch.equal(ours.weight, theirs.weight) and torch.equal(ours.bias, theirs.bias)
 

@@ -1,0 +1,19 @@
+"""What the tests that compare the book's modules with PyTorch's share."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def nudge(module: nn.Module, seed: int = 0) -> nn.Module:
+    """Add noise to every parameter of module, in place, and return it.
+
+    PyTorch starts biases at zero, LayerNorms at the identity and the layers of a stack as
+    clones of one another: a weight copied to the wrong place would go unnoticed in a comparison.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.add_(0.1 * torch.randn(parameter.shape, generator=generator))
+    return module
