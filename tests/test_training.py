@@ -1,0 +1,373 @@
+"""Unit tests for transformer_book.training (exported from book/training.md)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transformer_book.full_model import Transformer, make_transformer
+from transformer_book.scaled_dot_product import causal_mask
+from transformer_book.training import (
+    END_ID,
+    PAD_ID,
+    START_ID,
+    Batch,
+    LabelSmoothingLoss,
+    TrainingHistory,
+    check_decoding_inputs,
+    exact_match,
+    greedy_decode,
+    load_checkpoint,
+    make_batch,
+    make_optimizer,
+    pad_sequences,
+    save_checkpoint,
+    smoothed_targets,
+    strip_after_end,
+    train,
+    transformer_learning_rate,
+)
+
+VOCAB = 9  # PAD, START, END and the symbols 3..8
+SOURCES = [[3, 4, 5, 6], [7, 8], [5]]
+
+
+def tiny_model(seed: int = 0) -> Transformer:
+    torch.manual_seed(seed)
+    return make_transformer(VOCAB, VOCAB, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0)
+
+
+def copy_batches(seed: int = 0, batch_size: int = 16) -> Iterator[Batch]:
+    """An endless stream of copy batches of 1 to 5 symbols."""
+    generator = torch.Generator().manual_seed(seed)
+    while True:
+        lengths = torch.randint(1, 6, (batch_size,), generator=generator).tolist()
+        sequences = [torch.randint(3, VOCAB, (length,), generator=generator).tolist() for length in lengths]
+        yield make_batch(sequences, sequences)
+
+
+# --- pad_sequences and make_batch --------------------------------------------------------------
+
+def test_pad_sequences_pads_at_the_end_and_returns_the_lengths() -> None:
+    ids, lengths = pad_sequences(SOURCES)
+    assert ids.tolist() == [[3, 4, 5, 6], [7, 8, 0, 0], [5, 0, 0, 0]]
+    assert lengths.tolist() == [4, 2, 1] and ids.dtype == lengths.dtype == torch.long
+    assert pad_sequences(SOURCES, pad_id=-1)[0][2].tolist() == [5, -1, -1, -1]
+
+
+def test_pad_sequences_rejects_no_sequences_and_empty_ones() -> None:
+    with pytest.raises(ValueError, match="a batch needs at least one sequence, got none"):
+        pad_sequences([])
+    with pytest.raises(ValueError, match="sequence 1 of the batch is empty"):
+        pad_sequences([[3], [], [4]])
+
+
+def test_make_batch_shapes_and_teacher_forcing() -> None:
+    batch = make_batch(SOURCES, [[4, 3], [8, 7, 6], [5]])
+    assert batch.source.shape == (3, 4) and batch.source_mask.shape == (3, 1, 4)
+    assert batch.target_input.tolist() == [[START_ID, 4, 3, PAD_ID], [START_ID, 8, 7, 6], [START_ID, 5, PAD_ID, PAD_ID]]
+    assert batch.target_output.tolist() == [[4, 3, END_ID, PAD_ID], [8, 7, 6, END_ID], [5, END_ID, PAD_ID, PAD_ID]]
+    assert batch.target_mask.shape == (3, 4, 4)
+    assert batch.num_target_tokens == 3 + 4 + 2 == int((batch.target_output != PAD_ID).sum())
+
+
+def test_make_batch_masks_hide_padding_and_the_future() -> None:
+    batch = make_batch(SOURCES, SOURCES)
+    assert batch.source_mask[:, 0].tolist() == [[True] * 4, [True, True, False, False], [True, False, False, False]]
+    target_lengths = [5, 3, 2]
+    for row, length in enumerate(target_lengths):
+        mask = batch.target_mask[row]
+        assert not mask.triu(diagonal=1).any()                    # causal: no query sees a later key
+        assert not mask[:, length:].any()                         # no query sees padding
+        assert torch.equal(mask[:length, :length], causal_mask(length))
+        assert mask.any(dim=-1).all()                             # no row is fully masked
+    assert batch.source_mask.dtype == batch.target_mask.dtype == torch.bool
+
+
+def test_make_batch_rejects_mismatched_lists() -> None:
+    with pytest.raises(ValueError, match="every source needs a target, got 3 sources and 2 targets"):
+        make_batch(SOURCES, SOURCES[:2])
+    with pytest.raises(ValueError, match="a batch needs at least one sequence"):
+        make_batch([], [])
+
+
+# --- the learning-rate schedule and the optimizer ----------------------------------------------
+
+def test_schedule_peaks_at_warmup_with_the_papers_value() -> None:
+    rates = [transformer_learning_rate(step, 512, 4000) for step in range(1, 12_001)]
+    assert rates.index(max(rates)) + 1 == 4000
+    assert max(rates) == pytest.approx(6.987e-4, abs=1e-7)
+    assert max(rates) == pytest.approx((512 * 4000) ** -0.5, rel=1e-12)
+
+
+def test_schedule_is_linear_then_inverse_square_root() -> None:
+    first = transformer_learning_rate(1, 512, 4000)
+    assert first == pytest.approx(512**-0.5 * 4000**-1.5, rel=1e-12)
+    assert transformer_learning_rate(1000, 512, 4000) == pytest.approx(1000 * first, rel=1e-12)
+    assert transformer_learning_rate(16_000, 512, 4000) == pytest.approx(transformer_learning_rate(4000, 512, 4000) / 2)
+    assert transformer_learning_rate(100, 64, 10, factor=0.5) == pytest.approx(0.5 * transformer_learning_rate(100, 64, 10))
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"step": 0}, "step must be a positive integer, got step=0"),
+    ({"step": 2.0}, "step must be a positive integer, got step=2.0"),
+    ({"step": True}, "step must be a positive integer, got step=True"),
+    ({"d_model": 0}, "d_model must be a positive integer, got d_model=0"),
+    ({"warmup": -5}, "warmup must be a positive integer, got warmup=-5"),
+    ({"factor": 0.0}, "factor must be positive, got factor=0.0"),
+    ({"factor": float("nan")}, "factor must be positive, got factor=nan"),
+])
+def test_schedule_rejects_bad_arguments(arguments: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        transformer_learning_rate(**{"step": 10, "d_model": 512, "warmup": 4000, **arguments})  # type: ignore[arg-type]
+
+
+def test_make_optimizer_is_adam_with_the_papers_settings_following_the_schedule() -> None:
+    model = nn.Linear(3, 3)
+    optimizer, scheduler = make_optimizer(model, d_model=64, warmup=10, factor=2.0)
+    assert isinstance(optimizer, torch.optim.Adam)
+    assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
+    for step in range(1, 25):
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(transformer_learning_rate(step, 64, 10, 2.0), rel=1e-12)
+        optimizer.step()
+        scheduler.step()
+
+
+# --- label smoothing ---------------------------------------------------------------------------
+
+def test_smoothed_targets_follow_the_formula_and_sum_to_one() -> None:
+    targets = torch.tensor([[2, 0, 5], [1, 1, 3]])
+    smoothed = smoothed_targets(targets, vocab_size=6, smoothing=0.1)
+    assert smoothed.shape == (2, 3, 6)
+    expected = 0.9 * F.one_hot(targets, 6).float() + 0.1 / 6
+    assert torch.allclose(smoothed, expected) and torch.allclose(smoothed.sum(-1), torch.ones(2, 3))
+    assert smoothed_targets(torch.tensor(2), 4, 0.1).tolist() == pytest.approx([0.025, 0.025, 0.925, 0.025])
+    assert torch.equal(smoothed_targets(targets, 6, 0.0), F.one_hot(targets, 6).float())
+
+
+def test_smoothed_targets_reject_bad_smoothing_and_ids() -> None:
+    with pytest.raises(ValueError, match=r"smoothing must be in \[0, 1\), got smoothing=1.0"):
+        smoothed_targets(torch.tensor([1]), 4, 1.0)
+    with pytest.raises(ValueError, match=r"targets must be token ids in \[0, 4\), got values from 0 to 4"):
+        smoothed_targets(torch.tensor([0, 4]), 4, 0.1)
+    with pytest.raises(ValueError, match=r"got values from -1 to 2"):
+        smoothed_targets(torch.tensor([-1, 2]), 4, 0.1)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
+def test_label_smoothing_loss_equals_pytorch_cross_entropy_with_padding(smoothing: float) -> None:
+    generator = torch.Generator().manual_seed(0)
+    targets = make_batch(SOURCES, SOURCES).target_output                  # (3, 5) with padding
+    logits = torch.randn(*targets.shape, VOCAB, generator=generator) * 3
+    ours = LabelSmoothingLoss(smoothing)(logits, targets)
+    theirs = F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1), ignore_index=PAD_ID,
+                             label_smoothing=smoothing)
+    assert ours.item() == pytest.approx(theirs.item(), abs=1e-6)
+    changed = logits.clone()
+    changed[targets == PAD_ID] = 50.0                                        # padding positions do not count
+    assert torch.equal(LabelSmoothingLoss(smoothing)(changed, targets), ours)
+
+
+def test_label_smoothing_loss_minimum_is_the_entropy_of_the_smoothed_target() -> None:
+    targets = torch.tensor([[3, 4, 5]])
+    smoothed = smoothed_targets(targets, VOCAB, 0.1)
+    entropy = -(smoothed[0, 0] * smoothed[0, 0].log()).sum()
+    at_minimum = LabelSmoothingLoss(0.1)(smoothed.log(), targets)
+    assert at_minimum.item() == pytest.approx(entropy.item(), abs=1e-6) and entropy.item() > 0.3
+    confident = LabelSmoothingLoss(0.1)(20 * F.one_hot(targets, VOCAB).float(), targets)
+    assert confident.item() > at_minimum.item() + 1.0
+
+
+def test_label_smoothing_loss_rejects_bad_inputs() -> None:
+    with pytest.raises(ValueError, match=r"smoothing must be in \[0, 1\), got smoothing=-0.1"):
+        LabelSmoothingLoss(-0.1)
+    with pytest.raises(ValueError, match=r"logits \(2, 3, 9\) must be targets \(2, 4\) plus a vocabulary dimension"):
+        LabelSmoothingLoss()(torch.zeros(2, 3, VOCAB), torch.ones(2, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="every target is padding"):
+        LabelSmoothingLoss()(torch.zeros(2, 3, VOCAB), torch.zeros(2, 3, dtype=torch.long))
+
+
+# --- the training loop -------------------------------------------------------------------------
+
+def test_train_lowers_the_loss_and_records_the_schedule() -> None:
+    model = tiny_model()
+    optimizer, scheduler = make_optimizer(model, d_model=16, warmup=10, factor=0.5)
+    batches = [next(copy_batches())] * 60                 # one batch, learned by heart
+    history = train(model, batches, steps=60, optimizer=optimizer, scheduler=scheduler)
+    assert isinstance(history, TrainingHistory) and not history.interrupted
+    assert len(history.losses) == len(history.learning_rates) == 60
+    assert sum(history.losses[-10:]) / 10 < 0.5 * sum(history.losses[:10]) / 10
+    assert history.learning_rates == pytest.approx([transformer_learning_rate(s, 16, 10, 0.5) for s in range(1, 61)])
+    assert history.target_tokens == sum(batch.num_target_tokens for batch in batches)
+    assert history.seconds > 0 and history.tokens_per_second == pytest.approx(history.target_tokens / history.seconds)
+
+
+def test_train_stops_cleanly_on_keyboard_interrupt() -> None:
+    def interrupted_after(count: int) -> Iterator[Batch]:
+        yield from itertools.islice(copy_batches(), count)
+        raise KeyboardInterrupt
+
+    model = tiny_model()
+    optimizer, scheduler = make_optimizer(model, d_model=16, warmup=10)
+    history = train(model, interrupted_after(7), steps=50, optimizer=optimizer, scheduler=scheduler)
+    assert history.interrupted and len(history.losses) == 7 and scheduler.last_epoch == 7
+    batch = next(copy_batches(seed=1))
+    logits = model(batch.source, batch.target_input, batch.source_mask, batch.target_mask)   # still usable
+    assert torch.isfinite(logits).all()
+
+
+def test_train_raises_when_the_batches_run_out_and_for_bad_steps() -> None:
+    model = tiny_model()
+    optimizer, _ = make_optimizer(model, d_model=16, warmup=10)
+    with pytest.raises(ValueError, match="the batches ran out after 3 of 5 steps"):
+        train(model, list(itertools.islice(copy_batches(), 3)), steps=5, optimizer=optimizer)
+    for steps in [0, -1, 2.5, True]:
+        with pytest.raises(ValueError, match=f"steps must be a positive integer, got steps={steps!r}"):
+            train(model, copy_batches(), steps=steps, optimizer=optimizer)  # type: ignore[arg-type]
+
+
+def test_tokens_per_second_is_zero_before_any_time_has_passed() -> None:
+    assert TrainingHistory().tokens_per_second == 0.0
+
+
+# --- checkpoints -------------------------------------------------------------------------------
+
+def test_checkpoint_round_trip_restores_model_optimizer_and_schedule(tmp_path: Path) -> None:
+    model = tiny_model(seed=0)
+    optimizer, scheduler = make_optimizer(model, d_model=16, warmup=10)
+    train(model, itertools.islice(copy_batches(), 6), steps=6, optimizer=optimizer, scheduler=scheduler)
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, model, optimizer, scheduler, step=6)
+
+    fresh = tiny_model(seed=1)
+    fresh_optimizer, fresh_scheduler = make_optimizer(fresh, d_model=16, warmup=10)
+    assert load_checkpoint(path, fresh, fresh_optimizer, fresh_scheduler) == 6
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, fresh.state_dict()[name]), name
+    original_state, restored_state = optimizer.state_dict()["state"], fresh_optimizer.state_dict()["state"]
+    assert original_state.keys() == restored_state.keys()
+    for key in original_state:
+        for moment in ["exp_avg", "exp_avg_sq", "step"]:
+            assert torch.equal(original_state[key][moment], restored_state[key][moment])
+    assert fresh_scheduler.last_epoch == 6
+    assert fresh_optimizer.param_groups[0]["lr"] == pytest.approx(transformer_learning_rate(7, 16, 10))
+
+
+def test_resuming_from_a_checkpoint_equals_training_without_a_break(tmp_path: Path) -> None:
+    batches = list(itertools.islice(copy_batches(), 8))
+    straight = tiny_model()
+    optimizer, scheduler = make_optimizer(straight, d_model=16, warmup=4)
+    train(straight, batches, steps=8, optimizer=optimizer, scheduler=scheduler)
+
+    first_half = tiny_model()
+    optimizer, scheduler = make_optimizer(first_half, d_model=16, warmup=4)
+    train(first_half, batches[:4], steps=4, optimizer=optimizer, scheduler=scheduler)
+    save_checkpoint(tmp_path / "half.pt", first_half, optimizer, scheduler, step=4)
+    resumed = tiny_model(seed=5)
+    optimizer, scheduler = make_optimizer(resumed, d_model=16, warmup=4)
+    load_checkpoint(tmp_path / "half.pt", resumed, optimizer, scheduler)
+    train(resumed, batches[4:], steps=4, optimizer=optimizer, scheduler=scheduler)
+    for name, tensor in straight.state_dict().items():
+        assert torch.allclose(tensor, resumed.state_dict()[name], atol=1e-6), name
+
+
+def test_load_checkpoint_refuses_missing_optimizer_or_scheduler_state(tmp_path: Path) -> None:
+    model = tiny_model()
+    save_checkpoint(tmp_path / "weights.pt", model)
+    optimizer, scheduler = make_optimizer(model, d_model=16, warmup=10)
+    assert load_checkpoint(tmp_path / "weights.pt", tiny_model(seed=3)) == 0
+    with pytest.raises(ValueError, match="holds no optimizer state"):
+        load_checkpoint(tmp_path / "weights.pt", model, optimizer)
+    with pytest.raises(ValueError, match="holds no scheduler state"):
+        load_checkpoint(tmp_path / "weights.pt", model, scheduler=scheduler)
+
+
+# --- decoding and scoring ----------------------------------------------------------------------
+
+class ScriptedModel(nn.Module):
+    """Stands in for a Transformer: row r of the batch writes scripts[r], then END_ID forever."""
+
+    def __init__(self, scripts: list[list[int]]) -> None:
+        super().__init__()
+        self.scripts = scripts
+        self.decode_calls = 0
+
+    def encode(self, source: Tensor, source_mask: Tensor | None = None) -> Tensor:
+        return torch.arange(source.shape[0], dtype=torch.float)[:, None, None]
+
+    def decode(self, target_input: Tensor, memory: Tensor, source_mask: Tensor | None = None) -> Tensor:
+        self.decode_calls += 1
+        rows = memory[:, :, 0].expand(-1, target_input.shape[1])
+        written = torch.full_like(rows, float(target_input.shape[1] - 1))
+        return torch.stack([rows, written], dim=-1)                 # (batch, length, 2)
+
+    def generator(self, hidden: Tensor) -> Tensor:
+        logits = torch.zeros(hidden.shape[0], VOCAB)
+        for index, (row, written) in enumerate(hidden.tolist()):
+            script = self.scripts[int(row)]
+            logits[index, script[int(written)] if int(written) < len(script) else END_ID] = 1.0
+        return logits
+
+
+def test_greedy_decode_stops_when_every_row_has_ended() -> None:
+    model = ScriptedModel([[3, 4, 5], [6], []])
+    source = torch.ones(3, 2, dtype=torch.long)
+    assert greedy_decode(model, source, max_len=10) == [[3, 4, 5], [6], []]  # type: ignore[arg-type]
+    assert model.decode_calls == 4                                 # three symbols, then END in every row
+    assert greedy_decode(model, source, max_len=2) == [[3, 4], [6], []]  # type: ignore[arg-type]
+    assert greedy_decode(model, source, max_len=5, end_id=None) == [  # type: ignore[arg-type]
+        [3, 4, 5, END_ID, END_ID], [6, END_ID, END_ID, END_ID, END_ID], [END_ID] * 5]
+
+
+def test_greedy_decode_takes_the_argmax_of_the_full_model_at_every_step() -> None:
+    model = tiny_model().eval()
+    batch = make_batch(SOURCES, SOURCES)
+    decoded = greedy_decode(model, batch.source, batch.source_mask, max_len=6, end_id=None)
+    prefix = torch.full((3, 1), START_ID)
+    with torch.no_grad():
+        for _ in range(6):
+            logits = model(batch.source, prefix, batch.source_mask, causal_mask(prefix.shape[1]))
+            prefix = torch.cat([prefix, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert decoded == prefix[:, 1:].tolist()
+
+
+@pytest.mark.parametrize(("source", "max_len", "message"), [
+    (torch.ones(4, dtype=torch.long), 5, r"source must be a \(batch, n\) tensor of token ids, got shape \(4,\)"),
+    (torch.ones(0, 3, dtype=torch.long), 5, r"got shape \(0, 3\)"),
+    (torch.ones(2, 0, dtype=torch.long), 5, "the source is empty: it needs at least one token"),
+    (torch.ones(2, 3, dtype=torch.long), 0, "max_len must be a positive integer, got max_len=0"),
+    (torch.ones(2, 3, dtype=torch.long), 2.0, "max_len must be a positive integer, got max_len=2.0"),
+    (torch.ones(2, 3, dtype=torch.long), True, "max_len must be a positive integer, got max_len=True"),
+])
+def test_decoding_inputs_are_checked(source: Tensor, max_len: int, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        check_decoding_inputs(source, max_len)
+    with pytest.raises(ValueError, match=message):
+        greedy_decode(tiny_model(), source, max_len=max_len)
+
+
+def test_strip_after_end_cuts_at_the_first_end_token() -> None:
+    tokens = torch.tensor([[3, END_ID, 4, END_ID], [5, 6, 7, 8], [END_ID, 3, 3, 3]])
+    assert strip_after_end(tokens) == [[3], [5, 6, 7, 8], []]
+    assert strip_after_end(tokens, end_id=None) == tokens.tolist()
+    assert strip_after_end(tokens, end_id=3) == [[], [5, 6, 7, 8], [END_ID]]
+
+
+def test_exact_match_counts_whole_sequences() -> None:
+    assert exact_match([[3, 4], [5], (6, 7)], [(3, 4), [5, 5], [6, 7]]) == pytest.approx(2 / 3)
+    assert exact_match([[]], [[]]) == 1.0 and exact_match([[3, 4]], [[3]]) == 0.0
+    with pytest.raises(ValueError, match="need as many predictions as references"):
+        exact_match([[3]], [[3], [4]])
+    with pytest.raises(ValueError, match="got 0 and 0"):
+        exact_match([], [])
+
+
+def test_special_ids_are_the_books() -> None:
+    assert (PAD_ID, START_ID, END_ID) == (0, 1, 2) and math.isclose(LabelSmoothingLoss().smoothing, 0.1)
