@@ -1,0 +1,300 @@
+"""Unit tests for transformer_book.decoding (exported from book/decoding.md).
+
+Tiny untrained models keep them fast: the decoders must agree with each other and with
+brute force whatever the weights are.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from transformer_book.full_model import Transformer, make_transformer
+from transformer_book.scaled_dot_product import padding_mask
+from transformer_book.training import END_ID, START_ID, greedy_decode, make_batch, pad_sequences
+from transformer_book.decoding import (
+    IncrementalDecoder,
+    beam_search,
+    cached_greedy_decode,
+    generate,
+    length_penalty,
+    sample_decode,
+)
+
+VOCAB = 11
+
+
+def tiny_model(norm_first: bool = False, vocab: int = VOCAB, seed: int = 0, max_len: int = 64) -> Transformer:
+    torch.manual_seed(seed)
+    model = make_transformer(vocab, vocab, d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.0,
+                             norm_first=norm_first, max_len=max_len)
+    # Sharpen the untrained logits a little, so that decoders face real choices rather than near-ties.
+    with torch.no_grad():
+        model.generator.projection.weight.mul_(3.0)
+    return model.eval()
+
+
+def padded_sources(lengths: list[int], seed: int = 1, vocab: int = VOCAB) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random sources of the given lengths (ids 3..vocab-1), padded, and their padding mask."""
+    generator = torch.Generator().manual_seed(seed)
+    sequences = [torch.randint(3, vocab, (length,), generator=generator).tolist() for length in lengths]
+    source, source_lengths = pad_sequences(sequences)
+    return source, padding_mask(source_lengths, source.shape[1])
+
+
+# --- the key-value cache ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+@pytest.mark.parametrize("end_id", [END_ID, None])
+def test_cached_greedy_decode_equals_greedy_decode(norm_first: bool, end_id: int | None) -> None:
+    model = tiny_model(norm_first)
+    source, source_mask = padded_sources([7, 3, 5, 1, 6, 2])
+    expected = greedy_decode(model, source, source_mask, max_len=9, end_id=end_id)
+    assert cached_greedy_decode(model, source, source_mask, max_len=9, end_id=end_id) == expected
+    if end_id is None:
+        assert all(len(output) == 9 for output in expected)
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+def test_step_logits_equal_the_full_models_last_position(norm_first: bool) -> None:
+    model = tiny_model(norm_first)
+    source, source_mask = padded_sources([6, 2, 4])
+    target_input = torch.tensor([[START_ID, 5, 7, 4, 9], [START_ID, 3, 3, 8, 6], [START_ID, 10, 2, 5, 5]])
+    decoder = IncrementalDecoder(model, source, source_mask)
+    with torch.no_grad():
+        memory = model.encode(source, source_mask)
+        for t in range(target_input.shape[1]):
+            step_logits = decoder.step(target_input[:, t])
+            prefix_logits = model.generator(model.decode(target_input[:, : t + 1], memory, source_mask))[:, -1]
+            torch.testing.assert_close(step_logits, prefix_logits, atol=1e-5, rtol=1e-5)
+
+
+def test_the_cache_hides_the_sources_padding() -> None:
+    """Changing a padded source position must not change any step's logits."""
+    model = tiny_model()
+    source, source_mask = padded_sources([6, 2])
+    changed = source.clone()
+    changed[1, 2:] = 7
+    tokens = torch.tensor([START_ID, START_ID])
+    original = IncrementalDecoder(model, source, source_mask).step(tokens)
+    assert torch.equal(IncrementalDecoder(model, changed, source_mask).step(tokens), original)
+    assert not torch.equal(IncrementalDecoder(model, changed, None).step(tokens)[1], original[1])
+
+
+def test_the_cache_grows_by_one_position_per_step() -> None:
+    model = tiny_model()
+    source, source_mask = padded_sources([5, 3])
+    decoder = IncrementalDecoder(model, source, source_mask)
+    for step in range(1, 4):
+        decoder.step(torch.tensor([START_ID, 4]))
+        for keys, values in zip(decoder.keys, decoder.values):
+            assert keys is not None and values is not None
+            assert keys.shape == values.shape == (2, 2, step, 8)  # (batch, heads, positions, d_head)
+    assert all(keys.shape == (2, 2, 5, 8) for keys in decoder.memory_keys)
+
+
+def test_select_reorders_and_repeats_the_rows_of_every_cache() -> None:
+    model = tiny_model()
+    source, source_mask = padded_sources([6, 2, 4])
+    first, second = torch.tensor([START_ID] * 3), torch.tensor([5, 8, 9])
+    rows = torch.tensor([2, 0, 0, 1])
+
+    decoder = IncrementalDecoder(model, source, source_mask)
+    decoder.step(first)
+    decoder.select(rows)
+    reordered = decoder.step(second[rows])
+
+    fresh = IncrementalDecoder(model, source[rows], source_mask[rows])
+    fresh.step(first[rows])
+    expected = fresh.step(second[rows])
+    torch.testing.assert_close(reordered, expected, atol=1e-6, rtol=1e-6)
+    assert not torch.allclose(reordered[0], reordered[1])  # the rows really differ
+
+
+def test_step_rejects_tokens_of_the_wrong_shape() -> None:
+    decoder = IncrementalDecoder(tiny_model(), *padded_sources([4, 3]))
+    with pytest.raises(ValueError, match=r"tokens must hold one id per row, shape \(2,\), got shape \(3,\)"):
+        decoder.step(torch.tensor([START_ID] * 3))
+    with pytest.raises(ValueError, match="tokens must hold one id per row"):
+        decoder.step(torch.tensor([[START_ID], [START_ID]]))
+
+
+def test_step_stops_at_the_end_of_the_positional_table() -> None:
+    decoder = IncrementalDecoder(tiny_model(max_len=3), *padded_sources([3]))
+    for _ in range(3):
+        decoder.step(torch.tensor([START_ID]))
+    with pytest.raises(ValueError, match="cannot decode past the positional table's 3 positions"):
+        decoder.step(torch.tensor([START_ID]))
+
+
+def test_generate_applies_choose_and_stops_at_the_end_token() -> None:
+    model = tiny_model()
+    source, source_mask = padded_sources([4, 2])
+    always_end = generate(model, source, source_mask, max_len=5, choose=lambda logits: torch.full_like(
+        logits[:, 0], END_ID, dtype=torch.long))
+    assert always_end == [[], []]
+    always_seven = generate(model, source, source_mask, max_len=4, end_id=None,
+                            choose=lambda logits: torch.full_like(logits[:, 0], 7, dtype=torch.long))
+    assert always_seven == [[7, 7, 7, 7], [7, 7, 7, 7]]
+
+
+# --- beam search --------------------------------------------------------------------------------
+
+def test_length_penalty_values() -> None:
+    assert length_penalty(1, 0.6) == 1.0          # (5 + 1) / 6 = 1 whatever alpha is
+    assert length_penalty(30, 0.0) == 1.0
+    assert length_penalty(13, 1.0) == pytest.approx(3.0)
+    assert length_penalty(20, 0.6) == pytest.approx((25 / 6) ** 0.6)
+    assert length_penalty(10, 0.6) < length_penalty(11, 0.6) < length_penalty(11, 1.0)
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+def test_beam_of_one_without_penalty_is_greedy_decoding(norm_first: bool) -> None:
+    model = tiny_model(norm_first)
+    for seed in range(6):
+        source, _ = padded_sources([3 + seed % 4], seed=seed)
+        expected = greedy_decode(model, source, max_len=8)[0]
+        assert beam_search(model, source, max_len=8, beam_size=1, alpha=0.0) == expected
+
+
+def exhaustive_best(model: Transformer, source: torch.Tensor, vocab: int, max_len: int, alpha: float) -> list[int]:
+    """The output with the best log P(Y + END | X) / lp(|Y| + 1) among all outputs of up to max_len - 1 tokens."""
+    tokens = [token for token in range(vocab) if token != END_ID]
+    outputs = [list(output) for length in range(max_len) for output in itertools.product(tokens, repeat=length)]
+    batch = make_batch([source[0].tolist()] * len(outputs), outputs)
+    with torch.no_grad():
+        logits = model(batch.source, batch.target_input, batch.source_mask, batch.target_mask)
+        log_probs = torch.log_softmax(logits, dim=-1)
+    token_log_probs = log_probs.gather(-1, batch.target_output.unsqueeze(-1)).squeeze(-1)
+    scores = [token_log_probs[row, : len(output) + 1].sum().item() / length_penalty(len(output) + 1, alpha)
+              for row, output in enumerate(outputs)]
+    return outputs[max(range(len(outputs)), key=scores.__getitem__)]
+
+
+@pytest.mark.parametrize("seed", [2, 10, 13])
+def test_a_wide_beam_finds_the_exhaustive_best(seed: int) -> None:
+    """With a beam wider than every prefix set, beam search is exact: brute force must agree.
+
+    The seeds are models for which the best output's length depends on alpha, so that the
+    length penalty and the early stop are really tested.
+    """
+    vocab, max_len = 5, 4
+    model = tiny_model(vocab=vocab, seed=seed)
+    source, _ = padded_sources([3], seed=seed, vocab=vocab)
+    best = {alpha: exhaustive_best(model, source, vocab, max_len, alpha) for alpha in [0.0, 0.6, 2.0]}
+    assert len(best[0.0]) != len(best[2.0])
+    for alpha, expected in best.items():
+        assert beam_search(model, source, max_len=max_len, beam_size=1000, alpha=alpha) == expected
+
+
+def test_beam_search_returns_the_most_probable_prefix_when_nothing_ends() -> None:
+    """An end id the model cannot emit: no hypothesis finishes, and the best live prefix is returned."""
+    vocab, max_len = 5, 3
+    model = tiny_model(vocab=vocab, seed=3)
+    source, _ = padded_sources([4], seed=3, vocab=vocab)
+    outputs = [list(output) for output in itertools.product(range(vocab), repeat=max_len)]
+    batch = make_batch([source[0].tolist()] * len(outputs), outputs)
+    with torch.no_grad():
+        logits = model(batch.source, batch.target_input, batch.source_mask, batch.target_mask)
+        log_probs = torch.log_softmax(logits, dim=-1)
+    sums = log_probs.gather(-1, batch.target_output.unsqueeze(-1)).squeeze(-1)[:, :max_len].sum(-1)
+    output = beam_search(model, source, max_len=max_len, beam_size=1000, end_id=vocab + 1)
+    assert output == outputs[int(sums.argmax())]
+
+
+# --- sampling -----------------------------------------------------------------------------------
+
+def test_top_k_one_sampling_is_greedy_decoding() -> None:
+    model = tiny_model()
+    source, source_mask = padded_sources([7, 3, 5, 1, 6, 2])
+    generator = torch.Generator().manual_seed(0)
+    sampled = sample_decode(model, source, source_mask, max_len=9, temperature=5.0, top_k=1, generator=generator)
+    assert sampled == greedy_decode(model, source, source_mask, max_len=9)
+
+
+def test_a_low_temperature_samples_greedily() -> None:
+    model = tiny_model()
+    source, source_mask = padded_sources([7, 3, 5, 1, 6, 2])
+    greedy = greedy_decode(model, source, source_mask, max_len=9)
+    generator = torch.Generator().manual_seed(0)
+    assert sample_decode(model, source, source_mask, max_len=9, temperature=1e-4, generator=generator) == greedy
+    assert sample_decode(model, source, source_mask, max_len=9, temperature=1.0, generator=generator) != greedy
+
+
+def test_a_seeded_generator_repeats_its_samples() -> None:
+    model = tiny_model()
+    source, source_mask = padded_sources([7, 3, 5, 1, 6, 2])
+
+    def draw(seed: int) -> list[list[int]]:
+        return sample_decode(model, source, source_mask, max_len=9, temperature=2.0, end_id=None,
+                             generator=torch.Generator().manual_seed(seed))
+
+    assert draw(0) == draw(0)
+    assert draw(0) != draw(1)
+
+
+def test_top_k_draws_only_among_the_k_most_probable_tokens() -> None:
+    model = tiny_model()
+    source, source_mask = padded_sources([5, 3, 6])
+    generator = torch.Generator().manual_seed(0)
+    # A huge temperature makes the top-k almost uniform, so every one of the k tokens gets drawn.
+    sampled = sample_decode(model, source, source_mask, max_len=8, temperature=1e4, top_k=3, end_id=None,
+                            generator=generator)
+    batch = make_batch(source.tolist(), sampled)  # for target_input (START + samples) and target_output
+    with torch.no_grad():
+        logits = model(source, batch.target_input, source_mask)[:, :8]
+    ranks = (logits > logits.gather(-1, batch.target_output[:, :8, None])).sum(-1)
+    assert ranks.max() <= 2 and ranks.min() == 0
+    assert (ranks == 2).any()  # not just greedy
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+EMPTY = torch.zeros(1, 0, dtype=torch.long)
+ONE = torch.tensor([[4, 5, 6]])
+
+
+@pytest.mark.parametrize("decode", [
+    lambda model, source, max_len: cached_greedy_decode(model, source, max_len=max_len),
+    lambda model, source, max_len: sample_decode(model, source, max_len=max_len),
+    lambda model, source, max_len: beam_search(model, source, max_len=max_len),
+], ids=["cached_greedy_decode", "sample_decode", "beam_search"])
+def test_decoders_reject_an_empty_source_and_a_max_len_below_one(decode) -> None:
+    model = tiny_model()
+    with pytest.raises(ValueError, match="the source is empty"):
+        decode(model, EMPTY, 5)
+    for max_len in [0, -1, 2.5, True]:
+        with pytest.raises(ValueError, match="max_len must be a positive integer"):
+            decode(model, ONE, max_len)
+
+
+def test_incremental_decoder_rejects_an_empty_source() -> None:
+    with pytest.raises(ValueError, match="the source is empty"):
+        IncrementalDecoder(tiny_model(), EMPTY)
+
+
+@pytest.mark.parametrize("beam_size", [0, -2, 1.5, True])
+def test_beam_search_rejects_a_beam_size_below_one(beam_size) -> None:
+    with pytest.raises(ValueError, match="beam_size must be a positive integer"):
+        beam_search(tiny_model(), ONE, max_len=5, beam_size=beam_size)
+
+
+def test_beam_search_rejects_a_batch_and_a_negative_alpha() -> None:
+    with pytest.raises(ValueError, match="beam_search decodes one sentence at a time, got a batch of 2"):
+        beam_search(tiny_model(), ONE.repeat(2, 1), max_len=5)
+    with pytest.raises(ValueError, match="alpha must be non-negative"):
+        beam_search(tiny_model(), ONE, max_len=5, alpha=-0.1)
+
+
+@pytest.mark.parametrize("temperature", [0.0, -1.0, float("nan")])
+def test_sample_decode_rejects_a_temperature_that_is_not_positive(temperature: float) -> None:
+    with pytest.raises(ValueError, match="temperature must be positive"):
+        sample_decode(tiny_model(), ONE, max_len=5, temperature=temperature)
+
+
+@pytest.mark.parametrize("top_k", [0, -3, 2.0, True])
+def test_sample_decode_rejects_a_top_k_that_is_not_a_positive_integer(top_k) -> None:
+    with pytest.raises(ValueError, match="top_k must be a positive integer or None"):
+        sample_decode(tiny_model(), ONE, max_len=5, top_k=top_k)
