@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PACKAGE_SOURCES := $(shell find src -name '*.py')
 
-.PHONY: book test sync timing clean
+.PHONY: book test sync timing benchmark clean
 
 book: $(VENV)/.installed _build/.package-stamp
 	$(VENV)/bin/jupyter-book build . --builder html -W -n --keep-going
@@ -23,6 +23,10 @@ sync: $(VENV)/.installed
 # Print each chapter's execution time and the total.
 timing: $(VENV)/.installed
 	$(PY) scripts/time_chapters.py
+
+# Print training throughput of the book's Transformer against nn.Transformer (nothing asserted).
+benchmark: $(VENV)/.installed
+	$(PY) scripts/benchmark_training.py
 
 # npm ci installs package-lock.json: MathJax, which the site serves itself, and axe-core for the tests.
 $(VENV)/.installed: requirements.txt pyproject.toml package.json package-lock.json

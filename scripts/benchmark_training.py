@@ -1,0 +1,135 @@
+"""Print the training throughput of the book's Transformer against PyTorch's nn.Transformer.
+
+    python scripts/benchmark_training.py            # the default configuration, on device()
+    python scripts/benchmark_training.py --steps 40 --d-model 512
+
+Both models get the same configuration, the same batches (with padding and masks), the same
+loss (label smoothing 0.1) and the same optimizer (Adam), and are timed over full training steps:
+forward, backward and update. The point is a ratio, not a record: it tells a reader whether the
+from-scratch code, which also returns every attention map for plotting, is needlessly slow.
+Timings are printed, never asserted; run it on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from transformer_book import device, seed_everything
+from transformer_book.full_model import TokenEmbedding, make_transformer
+from transformer_book.positional_encoding import PositionalEncoding
+from transformer_book.training import Batch, LabelSmoothingLoss, make_batch
+
+
+class TorchTransformer(nn.Module):
+    """nn.Transformer with the same embeddings, positions and output layer as the book's model."""
+
+    def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, d_ff: int,
+                 dropout: float) -> None:
+        super().__init__()
+        self.embedding = TokenEmbedding(vocab_size, d_model)
+        self.positional_encoding = PositionalEncoding(d_model, dropout=dropout)
+        self.transformer = nn.Transformer(d_model, num_heads, num_layers, num_layers, d_ff, dropout,
+                                          batch_first=True)
+        # The paper's post-LN stacks end without a final LayerNorm, as the book's do.
+        self.transformer.encoder.norm = nn.Identity()
+        self.transformer.decoder.norm = nn.Identity()
+        self.generator = nn.Linear(d_model, vocab_size, bias=False)
+        self.generator.weight = self.embedding.embedding.weight
+
+    def forward(self, batch: Batch) -> Tensor:
+        # nn.Transformer's masks say True = blocked, the book's True = may attend.
+        source_padding = ~batch.source_mask[:, 0, :]
+        target_length = batch.target_input.shape[1]
+        causal = torch.ones(target_length, target_length, dtype=torch.bool, device=batch.source.device).triu(1)
+        hidden = self.transformer(
+            self.positional_encoding(self.embedding(batch.source)),
+            self.positional_encoding(self.embedding(batch.target_input)),
+            tgt_mask=causal, src_key_padding_mask=source_padding, memory_key_padding_mask=source_padding,
+            tgt_key_padding_mask=batch.target_input == 0, tgt_is_causal=True,
+        )
+        logits: Tensor = self.generator(hidden)
+        return logits
+
+
+def random_batch(vocab_size: int, batch_size: int, max_length: int, generator: torch.Generator,
+                 on: torch.device) -> Batch:
+    lengths = torch.randint(max_length // 2, max_length + 1, (2, batch_size), generator=generator)
+    sources = [torch.randint(3, vocab_size, (int(n),), generator=generator).tolist() for n in lengths[0]]
+    targets = [torch.randint(3, vocab_size, (int(n),), generator=generator).tolist() for n in lengths[1]]
+    return make_batch(sources, targets, device=on)
+
+
+def tokens_per_second(model: nn.Module, forward: Callable[[Batch], Tensor], batches: list[Batch],
+                      warmup_steps: int) -> float:
+    """Time full training steps (after warm-up steps that are not counted); return target tokens/s."""
+    loss_function = LabelSmoothingLoss(0.1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    model.train()
+    tokens = 0
+    for index, batch in enumerate(batches):
+        if index == warmup_steps:
+            if batch.source.is_cuda:
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            tokens = 0
+        loss = loss_function(forward(batch), batch.target_output)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        tokens += batch.num_target_tokens
+    if batches[0].source.is_cuda:
+        torch.cuda.synchronize()
+    return tokens / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--d-model", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--d-ff", type=int, default=1024)
+    parser.add_argument("--dropout", type=float, default=0.1)
+    parser.add_argument("--vocab", type=int, default=1000)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--length", type=int, default=32, help="longest source and target, in tokens")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per model and round")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps before each timing")
+    parser.add_argument("--rounds", type=int, default=3, help="alternate the two models this many times")
+    args = parser.parse_args()
+
+    on = device()
+    seed_everything(0)
+    config = {"d_model": args.d_model, "num_heads": args.heads, "num_layers": args.layers, "d_ff": args.d_ff,
+              "dropout": args.dropout}
+    book_model = make_transformer(args.vocab, args.vocab, **config).to(on)
+    torch_model = TorchTransformer(args.vocab, **config).to(on)
+    generator = torch.Generator().manual_seed(0)
+    batches = [random_batch(args.vocab, args.batch, args.length, generator, on)
+               for _ in range(args.warmup + args.steps)]
+
+    def book_forward(batch: Batch) -> Tensor:
+        logits: Tensor = book_model(batch.source, batch.target_input, batch.source_mask, batch.target_mask)
+        return logits
+
+    print(f"device: {on}, threads: {torch.get_num_threads()}, torch {torch.__version__}")
+    print(f"config: {config}, vocab {args.vocab}, batch {args.batch}, length <= {args.length}")
+    # The ratio is how many times longer the book's model takes per token: 1.0 is parity.
+    print(f"{'round':>5} {'book tokens/s':>14} {'nn.Transformer tokens/s':>24} {'ratio':>6}")
+    best_book, best_torch = 0.0, 0.0
+    for round_index in range(args.rounds):
+        # Alternating the two models spreads any slowdown of the machine over both.
+        book = tokens_per_second(book_model, book_forward, batches, args.warmup)
+        theirs = tokens_per_second(torch_model, torch_model, batches, args.warmup)
+        best_book, best_torch = max(best_book, book), max(best_torch, theirs)
+        print(f"{round_index + 1:>5} {book:>14,.0f} {theirs:>24,.0f} {theirs / book:>6.2f}")
+    print(f"best of {args.rounds}: book {best_book:,.0f} tokens/s, nn.Transformer {best_torch:,.0f} tokens/s, "
+          f"so the book's model takes {best_torch / best_book:.2f}x nn.Transformer's time per token")
+
+
+if __name__ == "__main__":
+    main()

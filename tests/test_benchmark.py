@@ -1,0 +1,27 @@
+"""The training benchmark runs and prints its comparison.
+
+It is a script that prints timings; this test only checks that it still works with the
+package (a tiny configuration, two steps), never how fast anything is.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from chapters import ROOT
+
+
+def test_benchmark_script_prints_both_throughputs() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "benchmark_training.py"), "--d-model", "16", "--heads", "2",
+         "--layers", "1", "--d-ff", "32", "--vocab", "20", "--batch", "4", "--length", "6", "--steps", "2",
+         "--warmup", "1", "--rounds", "1"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "UserWarning" not in result.stderr, result.stderr
+    summary = re.search(r"book ([\d,]+) tokens/s, nn.Transformer ([\d,]+) tokens/s", result.stdout)
+    assert summary is not None, result.stdout
+    assert all(int(group.replace(",", "")) > 0 for group in summary.groups())
