@@ -249,3 +249,20 @@ def test_date_model_config_builds_the_chapter_model() -> None:
     model = make_transformer(84, 84, **DATE_MODEL_CONFIG)
     assert DATE_MODEL_CONFIG == {"d_model": 64, "num_heads": 4, "num_layers": 2, "d_ff": 128, "dropout": 0.0}
     assert model(torch.tensor([[5, 6, 7]]), torch.tensor([[1, 8]])).shape == (1, 2, 84)
+
+
+def test_output_log_probabilities_sum_each_outputs_token_log_probabilities() -> None:
+    from transformer_book.full_model import make_transformer
+    from transformer_book.translation import output_log_probabilities
+
+    torch.manual_seed(0)
+    model = make_transformer(9, 9, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0).eval()
+    sources, outputs = [[4, 5, 6], [7, 8]], [[5, 4], [6, 6, 7]]
+    scores = output_log_probabilities(model, sources, outputs)
+    assert scores.shape == (2,)
+    for row, (source, output) in enumerate(zip(sources, outputs)):
+        # One pair on its own, no padding: log P(output, then END) token by token.
+        with torch.no_grad():
+            logits = model(torch.tensor([source]), torch.tensor([[START_ID, *output]]))[0]
+        expected = logits.log_softmax(-1)[torch.arange(len(output) + 1), torch.tensor([*output, END_ID])].sum()
+        assert torch.allclose(scores[row], expected, atol=1e-5)

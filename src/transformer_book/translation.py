@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import torch
 
+from transformer_book.full_model import Transformer
 from transformer_book.training import END_ID, PAD_ID, START_ID, Batch, make_batch
 
 MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september",
@@ -183,3 +184,18 @@ def date_batches(pairs: Sequence[DatePair], vocabulary: Vocabulary, batch_size: 
 
 #: The model the chapter trains: small enough for a CPU, the paper's architecture otherwise.
 DATE_MODEL_CONFIG = {"d_model": 64, "num_heads": 4, "num_layers": 2, "d_ff": 128, "dropout": 0.0}
+
+
+def output_log_probabilities(model: Transformer, sources: Sequence[Sequence[int]],
+                             outputs: Sequence[Sequence[int]], device: torch.device | str | None = None
+                             ) -> torch.Tensor:
+    """log P(output, then END | source) for each pair, teacher-forced in one pass: (len(sources),).
+
+    The sum of the output tokens' log-probabilities; exp() of it is the probability of the whole output.
+    """
+    batch = make_batch(sources, outputs, device=device)
+    with torch.no_grad():
+        logits = model(batch.source, batch.target_input, batch.source_mask, batch.target_mask)
+    token_log_probabilities = logits.log_softmax(-1).gather(-1, batch.target_output.unsqueeze(-1)).squeeze(-1)
+    log_probabilities: torch.Tensor = token_log_probabilities.masked_fill(batch.target_output == PAD_ID, 0.0).sum(-1)
+    return log_probabilities
