@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PACKAGE_SOURCES := $(shell find src -name '*.py')
 
-.PHONY: book test sync timing benchmark clean
+.PHONY: book test sync timing benchmark robustness clean
 
 book: $(VENV)/.installed _build/.package-stamp
 	$(VENV)/bin/jupyter-book build . --builder html -W -n --keep-going
@@ -23,6 +23,12 @@ sync: $(VENV)/.installed
 # Print each chapter's execution time and the total.
 timing: $(VENV)/.installed
 	$(PY) scripts/time_chapters.py
+
+# Re-run the stochastic chapters over 10 seeds x {1, 2, 4} threads (and CUDA when present); print
+# each claim's pass rate, values and margin (nothing asserted). About an hour on 2 cores; on a
+# bigger machine pass more parallel runs: make robustness ROBUSTNESS_ARGS="--jobs 8".
+robustness: $(VENV)/.installed
+	$(PY) scripts/robustness.py $(ROBUSTNESS_ARGS)
 
 # Print training throughput of the book's Transformer against nn.Transformer (nothing asserted).
 benchmark: $(VENV)/.installed

@@ -59,9 +59,10 @@ class Execution:
     notebook: nbformat.NotebookNode
 
 
-def execute_chapter(chapter: Path, timeout: int = 600) -> Execution:
-    """Run every cell of a chapter in a fresh kernel, with the book folder as working directory."""
-    return _execute(jupytext.read(chapter), chapter, cwd=chapter.parent, timeout=timeout)
+def execute_chapter(chapter: Path, timeout: int = 600, env: dict[str, str] | None = None) -> Execution:
+    """Run every cell of a chapter in a fresh kernel, with the book folder as working directory
+    (and ``env`` as the kernel's environment, where given)."""
+    return _execute(jupytext.read(chapter), chapter, cwd=chapter.parent, timeout=timeout, env=env)
 
 
 def execute_like_colab(chapter: Path, timeout: int = 600) -> Execution:

@@ -106,3 +106,73 @@ def test_count_parameters_counts_a_shared_tensor_once() -> None:
     projection.weight = embedding.weight  # tied: one (10, 4) matrix used twice
     assert helpers.count_parameters(torch.nn.ModuleList([embedding, projection])) == 40
     assert helpers.count_parameters(torch.nn.Linear(3, 4)) == 3 * 4 + 4
+
+
+def test_book_seed_is_the_chapters_seed_in_the_books_own_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(helpers.SEED_VARIABLE, raising=False)
+    assert helpers.book_seed(0) == 0 and helpers.book_seed(7) == 7
+    monkeypatch.setenv(helpers.SEED_VARIABLE, "3")
+    assert helpers.book_seed(0) == 3000 and helpers.book_seed(7) == 3007
+
+
+def test_book_seed_moves_every_seed_of_a_chapter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(helpers.SEED_VARIABLE, "0")
+    helpers.seed_everything(1)
+    books_run = torch.rand(3)
+    monkeypatch.setenv(helpers.SEED_VARIABLE, "2")
+    helpers.seed_everything(1)
+    assert not torch.equal(torch.rand(3), books_run)
+
+
+@pytest.mark.parametrize("text", ["one", "1.5", "-1"])
+def test_a_bad_book_seed_names_the_variable(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    monkeypatch.setenv(helpers.SEED_VARIABLE, text)
+    with pytest.raises(ValueError, match="BOOK_SEED"):
+        helpers.book_seed(0)
+
+
+def test_check_passes_silently_inside_its_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(helpers.CLAIMS_LOG_VARIABLE, raising=False)
+    helpers.check("exact match is high", 0.99, at_least=0.98)
+    helpers.check("loss is near its floor", 0.54, at_least=0.53, at_most=0.55)
+    helpers.check("the bounds are inclusive", 1.0, at_least=1.0, at_most=1.0)
+    helpers.check("the outputs agree", True)
+    helpers.check("a tensor holding one number is a number", torch.tensor(0.5), at_most=1)
+
+
+def test_a_failed_check_tells_the_reader_what_and_where(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(helpers.CLAIMS_LOG_VARIABLE, raising=False)
+    monkeypatch.setenv(helpers.SEED_VARIABLE, "4")
+    with pytest.raises(helpers.ClaimFailed) as failure:
+        helpers.check("the model copies every held-out sequence", 0.946, at_least=1.0)
+    message = str(failure.value)
+    for needed in ("the model copies every held-out sequence", "0.946", "at least 1", "BOOK_SEED=4",
+                   "device cpu", "CPU threads", f"PyTorch {torch.__version__}", "another seed", "report"):
+        assert needed in message, f"{needed!r} missing from:\n{message}"
+    with pytest.raises(helpers.ClaimFailed, match="found it false"):
+        helpers.check("the outputs agree", False)
+    with pytest.raises(helpers.ClaimFailed, match="at most 0.1"):
+        helpers.check("spikes are rare", float("nan"), at_most=0.1)
+
+
+def test_check_refuses_a_claim_it_cannot_judge() -> None:
+    with pytest.raises(TypeError, match="at_least"):
+        helpers.check("a number without bounds", 0.5)
+    with pytest.raises(TypeError, match="bool takes no bounds"):
+        helpers.check("a bool with bounds", True, at_least=0)
+    with pytest.raises(ValueError, match="in words"):
+        helpers.check("", True)
+
+
+def test_check_records_every_claim_for_the_robustness_sweep(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    import json
+
+    log = tmp_path / "claims.jsonl"
+    monkeypatch.setenv(helpers.CLAIMS_LOG_VARIABLE, str(log))
+    helpers.check("held", 0.99, at_least=0.98)
+    helpers.check("failed, recorded and not raised", 0.5, at_least=0.98, at_most=1.0)
+    helpers.check("a bool", False)
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [record["passed"] for record in records] == [True, False, False]
+    assert records[0]["margin"] == pytest.approx(0.01) and records[1]["margin"] == pytest.approx(-0.48)
+    assert records[2]["margin"] is None and records[1]["at_most"] == 1.0

@@ -9,7 +9,10 @@ the code there is exactly the code the chapter teaches, in cells tagged
 """
 
 from transformer_book.helpers import (
+    ClaimFailed,
+    book_seed,
     by_device,
+    check,
     count_parameters,
     device,
     glue,
@@ -21,7 +24,10 @@ from transformer_book.helpers import (
 )
 
 __all__ = [
+    "ClaimFailed",
+    "book_seed",
     "by_device",
+    "check",
     "count_parameters",
     "device",
     "glue",

@@ -1,5 +1,5 @@
-"""The few helpers every chapter needs: device, seeds, figure style, progress bars, ``glue``,
-and a parameter count.
+"""The few helpers every chapter needs: device, seeds, checks of claims, figure style, progress
+bars, ``glue``, and a parameter count.
 
 This module is written by hand. Everything else in the package is exported from
 the chapters (see ``scripts/export.py``), so a reader meets each idea once, in
@@ -9,8 +9,11 @@ the chapter that teaches it.
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
 import numbers
 import os
+import platform
 import random
 import sys
 from collections.abc import Iterable
@@ -62,12 +65,113 @@ def count_parameters(module: torch.nn.Module) -> int:
     return sum(parameter.numel() for parameter in module.parameters() if parameter.requires_grad)
 
 
+#: The environment variable that picks the run: 0 (or unset) is the book's own run.
+SEED_VARIABLE = "BOOK_SEED"
+#: When set, :func:`check` appends each claim to this file (one JSON object a line) instead of
+#: raising, so that ``make robustness`` sees every claim of a run, passed or not.
+CLAIMS_LOG_VARIABLE = "BOOK_CLAIMS_LOG"
+#: Where a reader reports a check that failed on their machine.
+ISSUES_URL = "https://github.com/transformer-book/transformer-book/issues"
+
+
+def book_seed(seed: int = 0) -> int:
+    """The seed a chapter's ``seed`` stands for in this run.
+
+    Chapters write ``book_seed(1)`` where they would write ``1``. In the book's own run
+    (``BOOK_SEED`` unset or 0) that is 1; with ``BOOK_SEED=k`` it is ``1 + 1000 k``, so every
+    seed of the chapter (weights, data, sampling) moves together and never collides with
+    another of its seeds. ``make robustness`` re-runs the chapters over many values of k.
+    """
+    text = os.environ.get(SEED_VARIABLE, "0").strip() or "0"
+    try:
+        run = int(text)
+    except ValueError:
+        raise ValueError(f"{SEED_VARIABLE} must be a whole number such as 0 or 3, got {text!r}") from None
+    if run < 0:
+        raise ValueError(f"{SEED_VARIABLE} must be 0 or more, got {run}")
+    return seed + 1000 * run
+
+
 def seed_everything(seed: int = 0) -> None:
-    """Seed Python, NumPy and PyTorch so that CPU runs give identical numbers."""
+    """Seed Python, NumPy and PyTorch with ``book_seed(seed)``.
+
+    Two runs on the same hardware, thread count and PyTorch build then print identical numbers.
+    Another CPU, thread count, GPU or PyTorch version rounds differently, so a training run can
+    end elsewhere: that is why every claim about a trained result goes through :func:`check`.
+    """
+    seed = book_seed(seed)
     random.seed(seed)
     os.environ["PYTHONHASHSEED"] = str(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+class ClaimFailed(AssertionError):
+    """A claim the text makes about a computed result does not hold in this run."""
+
+
+def describe_run() -> str:
+    """The facts that make runs differ: seed, device, threads, PyTorch version and processor."""
+    run = book_seed(0) // 1000
+    where = device()
+    name = torch.cuda.get_device_name(where) if where.type == "cuda" else (platform.processor() or platform.machine())
+    return (f"{SEED_VARIABLE}={run}, device {where.type} ({name}), {torch.get_num_threads()} CPU threads, "
+            f"PyTorch {torch.__version__}, Python {platform.python_version()}")
+
+
+def check(claim: str, value: float | bool, *, at_least: float | None = None, at_most: float | None = None) -> None:
+    """Check a claim the text makes about a computed result; explain it to the reader if it fails.
+
+    ``value`` is the measured number, held to ``at_least`` and/or ``at_most`` (both inclusive),
+    or a bool that must be true. A failed claim raises :class:`ClaimFailed` with the claim, the
+    value, the threshold, the run (seed, device, threads, versions) and what to do.
+
+    With ``BOOK_CLAIMS_LOG`` set (``make robustness`` sets it) the claim is appended to that
+    file instead and nothing is raised, so one run reports all of its claims.
+    """
+    if not claim:
+        raise ValueError("check needs the claim in words, for the reader who sees it fail")
+    if isinstance(value, (torch.Tensor, np.ndarray, np.generic)):
+        value = _plain(claim, value)
+    bounded = at_least is not None or at_most is not None
+    if not bounded and not isinstance(value, bool):
+        raise TypeError(f"check {claim!r}: give a bool, or a number with at_least and/or at_most")
+    if bounded and isinstance(value, bool):
+        raise TypeError(f"check {claim!r}: a bool takes no bounds")
+    number = float(value)
+    if bounded:
+        margins = [number - at_least if at_least is not None else math.inf,
+                   at_most - number if at_most is not None else math.inf]
+        margin: float | None = min(margins)
+        passed = not math.isnan(number) and margin >= 0  # type: ignore[operator]
+    else:
+        margin, passed = None, bool(value)
+
+    log = os.environ.get(CLAIMS_LOG_VARIABLE)
+    if log:
+        record = {"claim": claim, "value": number, "at_least": at_least, "at_most": at_most,
+                  "margin": margin, "passed": passed}
+        with open(log, "a", encoding="utf-8") as file:
+            file.write(json.dumps(record) + "\n")
+        return
+    if passed:
+        return
+    if bounded:
+        bounds = " and ".join(text for text in (
+            f"at least {at_least:.6g}" if at_least is not None else "",
+            f"at most {at_most:.6g}" if at_most is not None else "") if text)
+        obtained = f"this run measured {number:.6g}; the text needs {bounds}"
+    else:
+        obtained = "this run found it false"
+    raise ClaimFailed(
+        f"The text claims: {claim}.\n"
+        f"But {obtained}.\n"
+        f"Run: {describe_run()}.\n"
+        "Results of training differ a little between machines, so a claim can fail on yours although "
+        f"it held when the book was built. Re-run the chapter with another seed ({SEED_VARIABLE}=1 in "
+        f"the environment, or os.environ['{SEED_VARIABLE}'] = '1' in the first cell), and please report "
+        f"this message at {ISSUES_URL}."
+    )
 
 
 def progress(iterable: Iterable[T], *, desc: str, total: int | None = None) -> tqdm[T]:
