@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -21,6 +22,30 @@ class BookBuild:
     returncode: int
     log: str
     html: Path  # the folder holding index.html
+
+    @property
+    def warnings(self) -> list[str]:
+        """Each warning or error of the build, with the lines that follow it up to the next one
+        (a failed chapter's warning carries its traceback there)."""
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", self.log)
+        entries: list[str] = []
+        for line in plain.splitlines():
+            if re.search(r"\b(WARNING|ERROR|CRITICAL)\b", line):
+                entries.append(line)
+            elif entries and not re.match(r"^(reading sources|writing output|\S+\.md: Executing|checking|copying|"
+                                          r"looking for|pickling|preparing|highlighting|dumping|build finished)", line):
+                entries[-1] += "\n" + line
+        return entries
+
+    def warnings_of(self, page: Path) -> list[str]:
+        """The warnings Sphinx attributes to one page of the book (``book/<slug>.md``)."""
+        name = str(page.relative_to(ROOT))
+        return [entry for entry in self.warnings if re.match(rf"^\S*{re.escape(name)}(:\d+)?: ", entry)]
+
+    @property
+    def failed_chapters(self) -> set[str]:
+        """The slugs of the chapters whose execution failed in this build."""
+        return set(re.findall(r"book/([\w-]+)\.md: WARNING: Executing notebook failed", "\n".join(self.warnings)))
 
 
 #: Where to build, instead of a temporary folder: CI sets it to publish the very site the tests checked.
@@ -50,6 +75,19 @@ def book_build(tmp_path_factory: pytest.TempPathFactory) -> BookBuild:
     ]
     result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
     return BookBuild(result.returncode, result.stdout + result.stderr, output / "_build" / "html")
+
+
+@pytest.fixture(autouse=True)
+def _skip_pages_of_failed_chapters(request: pytest.FixtureRequest) -> None:
+    """A chapter that failed to execute fails its own build test (test_build.py), once; the checks
+    of its half-built page are skipped, so one failure does not cascade into dozens."""
+    page = getattr(getattr(request.node, "callspec", None), "params", {}).get("page")
+    source = getattr(page, "source", None)
+    if source is None:  # not a page of the site (test_build's Path parameters have no source)
+        return
+    build: BookBuild = request.getfixturevalue("book_build")
+    if source.stem in build.failed_chapters:
+        pytest.skip(f"{source.stem} failed to execute in the build: see test_build.py::test_chapter_builds_cleanly[{source.stem}]")
 
 
 @pytest.fixture(scope="session")

@@ -114,9 +114,21 @@ def describe_run() -> str:
     """The facts that make runs differ: seed, device, threads, PyTorch version and processor."""
     run = book_seed(0) // 1000
     where = device()
-    name = torch.cuda.get_device_name(where) if where.type == "cuda" else (platform.processor() or platform.machine())
+    name = torch.cuda.get_device_name(where) if where.type == "cuda" else _processor_name()
     return (f"{SEED_VARIABLE}={run}, device {where.type} ({name}), {torch.get_num_threads()} CPU threads, "
             f"PyTorch {torch.__version__}, Python {platform.python_version()}")
+
+
+def _processor_name() -> str:
+    """The CPU's model name where the system tells it (Linux), else its architecture."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def check(claim: str, value: float | bool, *, at_least: float | None = None, at_most: float | None = None) -> None:
