@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -73,10 +74,18 @@ def run(setting: Setting) -> Outcome:
         try:
             execute_chapter(setting.chapter, env={**os.environ, **environment})
         except ChapterFailed as failure:
-            error = str(failure).strip().splitlines()[-1][:300]
+            error = failing_line(str(failure))
         seconds = time.perf_counter() - start
         claims = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     return Outcome(setting, seconds, claims, error)
+
+
+def failing_line(traceback: str) -> str:
+    """The source line that raised (IPython marks it with an arrow) and the error it raised."""
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", traceback).splitlines() if line.strip()]
+    arrows = [line for line in lines if re.match(r"^-*>\s*\d+", line)]
+    errors = [line for line in lines if re.match(r"^\w+(Error|Failed|Exception)\b", line)]
+    return " | ".join(filter(None, [arrows[-1] if arrows else "", errors[-1] if errors else lines[-1]]))[:400]
 
 
 def cuda_available() -> bool:
