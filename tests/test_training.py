@@ -31,8 +31,11 @@ from transformer_book.training import (
     save_checkpoint,
     smoothed_targets,
     strip_after_end,
+    average_weights,
     train,
     transformer_learning_rate,
+    weights_of,
+    with_checkpoints,
 )
 
 VOCAB = 9  # PAD, START, END and the symbols 3..8
@@ -235,6 +238,88 @@ def test_train_raises_when_the_batches_run_out_and_for_bad_steps() -> None:
 
 def test_tokens_per_second_is_zero_before_any_time_has_passed() -> None:
     assert TrainingHistory().tokens_per_second == 0.0
+
+
+def test_train_records_the_gradient_norm_and_does_not_clip_by_default() -> None:
+    batches = list(itertools.islice(copy_batches(), 5))
+    model, reference = tiny_model(), tiny_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    history = train(model, batches, steps=5, optimizer=optimizer)
+    assert len(history.gradient_norms) == 5 and all(math.isfinite(n) and n > 0 for n in history.gradient_norms)
+    # The same steps by hand, without clipping: the same weights, and the same first norm.
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for step, batch in enumerate(batches):
+        logits = reference(batch.source, batch.target_input, batch.source_mask, batch.target_mask)
+        loss = LabelSmoothingLoss(0.1)(logits, batch.target_output)
+        reference_optimizer.zero_grad()
+        loss.backward()
+        if step == 0:
+            norm = torch.cat([p.grad.flatten() for p in reference.parameters()]).norm().item()
+            assert history.gradient_norms[0] == pytest.approx(norm, rel=1e-5)
+        reference_optimizer.step()
+    for name, tensor in reference.state_dict().items():
+        assert torch.equal(tensor, model.state_dict()[name]), name
+
+
+def test_train_clips_the_gradient_norm_when_asked() -> None:
+    batch = next(copy_batches())
+    model = tiny_model()
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)   # the step is minus the clipped gradient
+    history = train(model, [batch], steps=1, optimizer=optimizer, clip_norm=0.01)
+    assert history.gradient_norms[0] > 0.01                  # the norm before clipping is recorded
+    step = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before)])
+    assert step.norm().item() == pytest.approx(0.01, rel=1e-4)
+    # A threshold above the norm changes nothing.
+    unclipped, clipped_loosely = tiny_model(), tiny_model()
+    train(unclipped, [batch], steps=1, optimizer=torch.optim.SGD(unclipped.parameters(), lr=1.0))
+    train(clipped_loosely, [batch], steps=1, optimizer=torch.optim.SGD(clipped_loosely.parameters(), lr=1.0),
+          clip_norm=1e6)
+    for name, tensor in unclipped.state_dict().items():
+        assert torch.allclose(tensor, clipped_loosely.state_dict()[name], rtol=0, atol=1e-7), name
+
+
+@pytest.mark.parametrize("clip_norm", [0, -1.0, float("nan")])
+def test_train_rejects_a_clip_norm_that_is_not_positive(clip_norm: float) -> None:
+    model = tiny_model()
+    optimizer, _ = make_optimizer(model, d_model=16, warmup=10)
+    with pytest.raises(ValueError, match="clip_norm must be positive"):
+        train(model, copy_batches(), steps=1, optimizer=optimizer, clip_norm=clip_norm)
+
+
+# --- checkpoint averaging ----------------------------------------------------------------------
+
+def test_weights_of_is_a_copy_that_later_steps_leave_alone() -> None:
+    model = tiny_model()
+    copy = weights_of(model)
+    with torch.no_grad():
+        model.generator.projection.weight.add_(1.0)
+    assert not torch.equal(copy["generator.projection.weight"], model.generator.projection.weight)
+    assert copy.keys() == model.state_dict().keys()
+
+
+def test_with_checkpoints_copies_the_weights_every_few_steps() -> None:
+    batches = list(itertools.islice(copy_batches(), 7))
+    model = tiny_model()
+    optimizer, scheduler = make_optimizer(model, d_model=16, warmup=4)
+    store: list[dict[str, Tensor]] = []
+    train(model, with_checkpoints(batches, model, every=3, store=store), steps=7, optimizer=optimizer,
+          scheduler=scheduler)
+    assert len(store) == 2                                  # after steps 3 and 6
+    # The copy after step 3 is the model trained on the first three batches alone.
+    again = tiny_model()
+    optimizer, scheduler = make_optimizer(again, d_model=16, warmup=4)
+    train(again, batches[:3], steps=3, optimizer=optimizer, scheduler=scheduler)
+    for name, tensor in again.state_dict().items():
+        assert torch.allclose(tensor, store[0][name], rtol=0, atol=1e-7), name
+
+
+def test_average_weights_is_the_element_wise_mean() -> None:
+    first, second = tiny_model(seed=0).state_dict(), tiny_model(seed=1).state_dict()
+    average = average_weights([first, second])
+    for name in first:
+        assert torch.allclose(average[name], (first[name] + second[name]) / 2), name
+    assert average_weights([first])["generator.projection.weight"].equal(first["generator.projection.weight"])
 
 
 # --- checkpoints -------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 """Code taught in the chapter "Training" (book/training.md)."""
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,10 +162,14 @@ class LabelSmoothingLoss(nn.Module):
 
 @dataclass
 class TrainingHistory:
-    """What a call to ``train`` did: the loss after every step, and how fast it went."""
+    """What a call to ``train`` did: the loss and gradient norm of every step, and how fast it went.
+
+    ``gradient_norms`` holds the norm of all gradients together, before any clipping.
+    """
 
     losses: list[float] = field(default_factory=list)
     learning_rates: list[float] = field(default_factory=list)
+    gradient_norms: list[float] = field(default_factory=list)
     target_tokens: int = 0
     seconds: float = 0.0
     interrupted: bool = False
@@ -177,18 +181,24 @@ class TrainingHistory:
 
 def train(model: Transformer, batches: Iterable[Batch], *, steps: int, optimizer: torch.optim.Optimizer,
           scheduler: torch.optim.lr_scheduler.LRScheduler | None = None, loss_function: nn.Module | None = None,
-          desc: str = "training") -> TrainingHistory:
+          clip_norm: float | None = None, desc: str = "training") -> TrainingHistory:
     """Take ``steps`` optimizer steps, one batch each, with a progress bar of loss and tokens/s.
 
-    The loss defaults to LabelSmoothingLoss(0.1). Interrupting (Ctrl-C, or the notebook's stop
-    button) ends training cleanly: the model keeps the steps it has taken, and the history
-    says ``interrupted``.
+    The loss defaults to LabelSmoothingLoss(0.1). The history records every step's loss, learning
+    rate and gradient norm. With ``clip_norm`` the gradients are scaled down, before each step,
+    to a norm of at most ``clip_norm`` (the default, None, leaves them alone). Interrupting (Ctrl-C,
+    or the notebook's stop button) ends training cleanly: the model keeps the steps it has taken,
+    and the history says ``interrupted``.
 
     Raises:
-        ValueError: if steps is not a positive integer, or ``batches`` runs out before ``steps``.
+        ValueError: if steps is not a positive integer, clip_norm is not positive, or ``batches``
+            runs out before ``steps``.
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive integer, got steps={steps!r}")
+    if clip_norm is not None and not clip_norm > 0:
+        raise ValueError(f"clip_norm must be positive (or None for no clipping), got clip_norm={clip_norm!r}")
+    parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
     loss_function = loss_function if loss_function is not None else LabelSmoothingLoss(0.1)
     history = TrainingHistory()
     batch_iterator = iter(batches)
@@ -204,7 +214,13 @@ def train(model: Transformer, batches: Iterable[Batch], *, steps: int, optimizer
             loss = loss_function(logits, batch.target_output)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            gradients = [parameter.grad for parameter in parameters if parameter.grad is not None]
+            if clip_norm is None:
+                gradient_norm = nn.utils.get_total_norm(gradients)
+            else:  # returns the norm before clipping
+                gradient_norm = nn.utils.clip_grad_norm_(parameters, clip_norm)
             optimizer.step()
+            history.gradient_norms.append(float(gradient_norm))
             history.learning_rates.append(optimizer.param_groups[0]["lr"])
             if scheduler is not None:
                 scheduler.step()
@@ -300,3 +316,26 @@ def exact_match(predictions: Sequence[Sequence[int]], references: Sequence[Seque
         raise ValueError(f"need as many predictions as references (at least one), got "
                          f"{len(predictions)} and {len(references)}")
     return sum(list(p) == list(r) for p, r in zip(predictions, references)) / len(references)
+
+
+def weights_of(model: nn.Module) -> dict[str, Tensor]:
+    """A copy of the model's weights, which later training steps leave alone."""
+    return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+
+
+def with_checkpoints(batches: Iterator[Batch], model: nn.Module, every: int,
+                     store: list[dict[str, Tensor]]) -> Iterator[Batch]:
+    """Pass the batches on unchanged, and append a copy of the weights to store every `every` steps.
+
+    train() asks for batch k after it has taken k optimizer steps, so that is when a copy is due.
+    """
+    for step, batch in enumerate(batches):
+        if step > 0 and step % every == 0:
+            store.append(weights_of(model))
+        yield batch
+
+
+def average_weights(checkpoints: Sequence[dict[str, Tensor]]) -> dict[str, Tensor]:
+    """The element-wise mean of several checkpoints of one model."""
+    return {name: torch.stack([checkpoint[name] for checkpoint in checkpoints]).mean(dim=0)
+            for name in checkpoints[0]}
