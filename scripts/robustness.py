@@ -79,6 +79,8 @@ def run(setting: Setting) -> Outcome:
             execute_chapter(setting.chapter, env={**os.environ, **environment})
         except ChapterFailed as failure:
             error = failing_line(str(failure))
+        except Exception as failure:  # a cell timeout or a dead kernel: one lost run, not the whole table
+            error = f"{type(failure).__name__}: {str(failure).strip().splitlines()[-1] if str(failure).strip() else ''}"[:400]
         seconds = time.perf_counter() - start
         claims = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     return Outcome(setting, seconds, claims, error)
