@@ -17,6 +17,8 @@ def test_book_builds_without_warnings(book_build) -> None:
     """Everything but the chapters' own warnings, which test_chapter_builds_cleanly reports per chapter."""
     chapters = {warning for page in toc_files() for warning in book_build.warnings_of(page)}
     others = [warning for warning in book_build.warnings if warning not in chapters]
+    if book_build.failed_chapters:  # a timed-out chapter's kernel is killed, and logs its death: part of that failure
+        others = [warning for warning in others if not warning.startswith("[IPKernelApp] ERROR")]
     assert not others, "the book build warned outside its chapters:\n" + "\n".join(others)
     assert book_build.returncode == 0 or chapters, (
         "the book build failed without a warning:\n" + "\n".join(book_build.log.splitlines()[-40:])
