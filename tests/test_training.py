@@ -418,7 +418,7 @@ def test_greedy_decode_takes_the_argmax_of_the_full_model_at_every_step() -> Non
     prefix = torch.full((3, 1), START_ID)
     with torch.no_grad():
         for _ in range(6):
-            logits = model(batch.source, prefix, batch.source_mask, causal_mask(prefix.shape[1]))
+            logits = model(batch.source, prefix, batch.source_mask, causal_mask(prefix.shape[1])[None])
             prefix = torch.cat([prefix, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
     assert decoded == prefix[:, 1:].tolist()
 

@@ -73,32 +73,33 @@ class DecoderLayer(nn.Module):
         self.self_attention_weights: Tensor | None = None
         self.cross_attention_weights: Tensor | None = None
 
-    def forward(self, x: Tensor, memory: Tensor, self_mask: Tensor | None = None,
-                memory_mask: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, memory: Tensor, source_mask: Tensor | None = None,
+                target_mask: Tensor | None = None) -> Tensor:
         """x: (batch, m, d_model) embedded targets; memory: (batch, n, d_model) -> (batch, m, d_model).
 
-        self_mask: bool, broadcastable to (batch, m, m), True = may attend; None means
-            ``causal_mask(m)``, so by default no position sees a later one.
-        memory_mask: bool, broadcastable to (batch, m, n); ``padding_mask(source_lengths, n)``
-            hides the source's padding.
+        source_mask: bool (batch or 1, m or 1, n), True = may attend; ``padding_mask(source_lengths, n)``
+            hides the source's padding from the cross-attention.
+        target_mask: bool (batch or 1, m, m) for the self-attention; None means
+            ``causal_mask(m)[None]``, so by default no position sees a later one.
+        The masks are in the order of Transformer.forward's: source, then target.
 
         Raises:
             ValueError: if a shape does not fit, or a mask is not a bool tensor of a fitting shape.
         """
         _check_target_and_memory(x, memory, self.d_model)
-        if self_mask is None:
-            self_mask = causal_mask(x.shape[1], device=x.device)
+        if target_mask is None:
+            target_mask = causal_mask(x.shape[1], device=x.device)[None]
 
         def attend_to_targets(h: Tensor) -> Tensor:
             output: Tensor
-            output, weights = self.self_attention(h, h, h, self_mask)
+            output, weights = self.self_attention(h, h, h, target_mask)
             self.self_attention_weights = weights.detach()
             return output
 
         def attend_to_source(h: Tensor) -> Tensor:
             # Queries from the decoder, keys and values from the memory: (batch, m, n) weights.
             output: Tensor
-            output, weights = self.cross_attention(h, memory, memory, memory_mask)
+            output, weights = self.cross_attention(h, memory, memory, source_mask)
             self.cross_attention_weights = weights.detach()
             return output
 
@@ -124,17 +125,17 @@ class Decoder(nn.Module):
         )
         self.norm: nn.Module = LayerNorm(d_model) if norm_first else nn.Identity()
 
-    def forward(self, x: Tensor, memory: Tensor, self_mask: Tensor | None = None,
-                memory_mask: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, memory: Tensor, source_mask: Tensor | None = None,
+                target_mask: Tensor | None = None) -> Tensor:
         """x: (batch, m, d_model), memory: (batch, n, d_model) -> (batch, m, d_model).
 
-        Masks as in DecoderLayer.forward; self_mask None means causal, built once for all layers.
+        Masks as in DecoderLayer.forward; target_mask None means causal, built once for all layers.
         """
         _check_target_and_memory(x, memory, self.d_model)
-        if self_mask is None:
-            self_mask = causal_mask(x.shape[1], device=x.device)
+        if target_mask is None:
+            target_mask = causal_mask(x.shape[1], device=x.device)[None]
         for layer in self.layers:
-            x = layer(x, memory, self_mask, memory_mask)
+            x = layer(x, memory, source_mask, target_mask)
         output: Tensor = self.norm(x)
         return output
 

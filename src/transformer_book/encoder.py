@@ -42,7 +42,7 @@ class EncoderLayer(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         """x: (batch, n, d_model) -> (batch, n, d_model).
 
-        mask: optional bool, broadcastable to (batch, n, n), True where a position may attend;
+        mask: optional 3-D bool, broadcastable to (batch, n, n), True where a position may attend;
         ``padding_mask(lengths, n)`` hides the padding from every query.
         """
         def attend(h: Tensor) -> Tensor:
@@ -82,7 +82,7 @@ class Encoder(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         """x: (batch, n, d_model) embedded source -> memory (batch, n, d_model) for the decoder.
 
-        mask: optional bool, broadcastable to (batch, n, n), True where a position may attend;
+        mask: optional 3-D bool, broadcastable to (batch, n, n), True where a position may attend;
         every layer uses the same one.
         """
         for layer in self.layers:

@@ -100,7 +100,8 @@ class Transformer(nn.Module):
     def encode(self, source: Tensor, source_mask: Tensor | None = None) -> Tensor:
         """source: (batch, n) token ids -> memory (batch, n, d_model).
 
-        source_mask: bool, broadcastable to (batch, n, n), typically ``padding_mask(lengths, n)``.
+        source_mask: 3-D bool, broadcastable to (batch, n, n), typically ``padding_mask(lengths, n)``
+            of shape (batch, 1, n); a 2-D mask is refused as ambiguous (see MultiHeadAttention).
         """
         memory: Tensor = self.encoder(self.positional_encoding(self.source_embedding(source)), source_mask)
         return memory
@@ -109,11 +110,11 @@ class Transformer(nn.Module):
                target_mask: Tensor | None = None) -> Tensor:
         """target_input: (batch, m) ids (shifted right) -> the decoder's output (batch, m, d_model).
 
-        target_mask None means causal; source_mask hides the source's padding from the
-        cross-attention.
+        source_mask hides the source's padding from the cross-attention; target_mask, 3-D like
+        every mask, None means causal. The same names and order as Decoder.forward's.
         """
         embedded = self.positional_encoding(self.target_embedding(target_input))
-        hidden: Tensor = self.decoder(embedded, memory, target_mask, source_mask)
+        hidden: Tensor = self.decoder(embedded, memory, source_mask, target_mask)
         return hidden
 
     def forward(self, source: Tensor, target_input: Tensor, source_mask: Tensor | None = None,

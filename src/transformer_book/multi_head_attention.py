@@ -79,9 +79,11 @@ class MultiHeadAttention(nn.Module):
         Args:
             query: (batch, n, d_model).
             key, value: (batch, m, d_model); m may differ from n (cross-attention).
-            mask: optional bool tensor broadcastable to (batch, n, m), True where a query **may
-                attend** to a key; the same for every head. ``padding_mask(lengths)`` and
-                ``causal_mask(n)`` fit as they are.
+            mask: optional bool tensor of three dimensions that broadcasts to (batch, n, m), True
+                where a query **may attend** to a key; the same for every head.
+                ``padding_mask(lengths)`` (batch, 1, m) fits as it is, the causal pattern as
+                ``causal_mask(n)[None]`` (1, n, n). A 2-D mask is refused: (batch, m) key padding
+                and an (n, m) pattern look alike when batch == n.
 
         Returns:
             ``(output, weights)``: output (batch, n, d_model) and every head's attention weights
@@ -89,7 +91,7 @@ class MultiHeadAttention(nn.Module):
             head, so its output is ``w_o``'s bias (zero without bias).
 
         Raises:
-            ValueError: if the shapes do not fit or the mask is not a bool tensor of a fitting shape.
+            ValueError: if the shapes do not fit or the mask is not a 3-D bool tensor of a fitting shape.
         """
         _check_multi_head_inputs(self.d_model, query, key, value, mask)
         q = split_heads(self.w_q(query), self.num_heads)  # (batch, h, n, d_head)
@@ -116,6 +118,11 @@ def _check_multi_head_inputs(d_model: int, query: Tensor, key: Tensor, value: Te
                          f"got query {tuple(query.shape)} and key {tuple(key.shape)}")
     if mask is None:
         return
+    if isinstance(mask, Tensor) and mask.dtype == torch.bool and mask.dim() < 3:
+        # A (batch, m) key-padding mask would broadcast as an (n, m) pattern when batch == n.
+        raise ValueError(f"mask must have 3 dimensions (batch, n, m), got shape {tuple(mask.shape)}: "
+                         f"a 2-D mask is ambiguous; use causal_mask(n)[None] for one (n, m) pattern "
+                         f"or key_padding[:, None] for a (batch, m) mask of keys")
     try:
         check_mask(mask, (query.shape[0], query.shape[1], key.shape[1]))
     except ValueError as problem:
