@@ -14,7 +14,9 @@ from transformer_book.decoder import DecoderLayer
 from transformer_book.full_model import Transformer
 from transformer_book.multi_head_attention import MultiHeadAttention, merge_heads, split_heads
 from transformer_book.scaled_dot_product import scaled_dot_product_attention
-from transformer_book.training import END_ID, START_ID, check_decoding_inputs, strip_after_end
+from transformer_book.training import END_ID, START_ID, check_decoding_inputs, eval_mode, strip_after_end
+# Every decoder of the book, importable from here; greedy_decode is taught in the training chapter.
+from transformer_book.training import greedy_decode as greedy_decode
 
 
 class IncrementalDecoder:
@@ -35,7 +37,7 @@ class IncrementalDecoder:
 
     @torch.no_grad()
     def __init__(self, model: Transformer, source: Tensor, source_mask: Tensor | None = None) -> None:
-        check_decoding_inputs(source, max_len=1)
+        check_decoding_inputs(source, max_new_tokens=1)
         self.model = model.eval()
         self.batch_size = source.shape[0]
         memory = model.encode(source, source_mask)
@@ -110,33 +112,35 @@ class IncrementalDecoder:
 
 
 @torch.no_grad()
-def generate(model: Transformer, source: Tensor, source_mask: Tensor | None = None, *, max_len: int,
+def generate(model: Transformer, source: Tensor, source_mask: Tensor | None = None, *, max_new_tokens: int,
              choose: Callable[[Tensor], Tensor], end_id: int | None = END_ID) -> list[list[int]]:
     """Decode a batch with the KV cache, picking each next token with ``choose(logits) -> ids``.
 
     Returns one token-id list per source, without START_ID and END_ID; ``end_id=None`` never stops early.
+    The model is left in the mode it was in.
 
     Raises:
-        ValueError: for an empty source or a max_len that is not a positive integer.
+        ValueError: for an empty source or a max_new_tokens that is not a positive integer.
     """
-    check_decoding_inputs(source, max_len)
-    decoder = IncrementalDecoder(model, source, source_mask)
+    check_decoding_inputs(source, max_new_tokens)
     token = torch.full((source.shape[0],), START_ID, dtype=torch.long, device=source.device)
     generated, finished = [], torch.zeros_like(token, dtype=torch.bool)
-    for _ in range(max_len):
-        token = choose(decoder.step(token))
-        generated.append(token)
-        if end_id is not None:
-            finished |= token == end_id
-            if bool(finished.all()):
-                break
+    with eval_mode(model):  # dropout off while decoding; the model's mode is restored after
+        decoder = IncrementalDecoder(model, source, source_mask)
+        for _ in range(max_new_tokens):
+            token = choose(decoder.step(token))
+            generated.append(token)
+            if end_id is not None:
+                finished |= token == end_id
+                if bool(finished.all()):
+                    break
     return strip_after_end(torch.stack(generated, dim=1), end_id)
 
 
 def cached_greedy_decode(model: Transformer, source: Tensor, source_mask: Tensor | None = None, *,
-                         max_len: int, end_id: int | None = END_ID) -> list[list[int]]:
+                         max_new_tokens: int, end_id: int | None = END_ID) -> list[list[int]]:
     """greedy_decode from the training chapter, with a key-value cache instead of recomputation."""
-    return generate(model, source, source_mask, max_len=max_len, end_id=end_id,
+    return generate(model, source, source_mask, max_new_tokens=max_new_tokens, end_id=end_id,
                     choose=lambda logits: logits.argmax(dim=-1))
 
 
@@ -147,70 +151,71 @@ def length_penalty(length: int, alpha: float) -> float:
 
 
 @torch.no_grad()
-def beam_search(model: Transformer, source: Tensor, *, max_len: int, beam_size: int = 4, alpha: float = 0.6,
-                end_id: int = END_ID) -> list[int]:
+def beam_search(model: Transformer, source: Tensor, source_mask: Tensor | None = None, *, max_new_tokens: int,
+                beam_size: int = 4, alpha: float = 0.6, end_id: int = END_ID) -> list[int]:
     """The paper's decoder (Section 6.1): keep the beam_size best prefixes at every step, and
     return the finished hypothesis with the best length-normalised score.
 
-    source: (1, n) token ids of one sentence (no padding needed). Returns its token ids,
-    without START_ID and END_ID.
+    source: (1, n) token ids of one sentence, with its padding mask (1, 1, n) if it is padded.
+    Returns its token ids, without START_ID and END_ID. The model is left in the mode it was in.
 
     Raises:
-        ValueError: for an empty source, a batch of more than one sentence, a max_len or beam_size
+        ValueError: for an empty source, a batch of more than one sentence, a max_new_tokens or beam_size
             that is not a positive integer, or a negative alpha.
     """
-    check_decoding_inputs(source, max_len)
+    check_decoding_inputs(source, max_new_tokens)
     if source.shape[0] != 1:
         raise ValueError(f"beam_search decodes one sentence at a time, got a batch of {source.shape[0]}")
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be a positive integer, got beam_size={beam_size!r}")
     if alpha < 0:
         raise ValueError(f"alpha must be non-negative, got alpha={alpha}")
-    decoder = IncrementalDecoder(model, source)
-    prefixes: list[list[int]] = [[]]
-    scores = torch.zeros(1, device=source.device)  # log P of each live prefix
-    last_tokens = torch.full((1,), START_ID, dtype=torch.long, device=source.device)
-    finished: list[tuple[float, list[int]]] = []
-    for length in range(1, max_len + 1):
-        log_probs = torch.log_softmax(decoder.step(last_tokens).float(), dim=-1)  # (live, vocab)
-        vocab_size = log_probs.shape[-1]
-        candidates = (scores.unsqueeze(1) + log_probs).flatten()
-        # The 2k best extensions: at most k of them end, so at least k stay live.
-        best_scores, best = candidates.topk(min(2 * beam_size, candidates.numel()))
-        keep_rows: list[int] = []
-        keep_scores: list[float] = []
-        keep_tokens: list[int] = []
-        next_prefixes: list[list[int]] = []
-        for rank, (score, flat_index) in enumerate(zip(best_scores.tolist(), best.tolist())):
-            row, token = divmod(flat_index, vocab_size)
-            if token == end_id:
-                if rank < beam_size:  # an ending only counts if it is among the k best
-                    finished.append((score / length_penalty(length, alpha), prefixes[row]))
-            elif len(keep_rows) < beam_size:
-                keep_rows.append(row)
-                keep_scores.append(score)
-                keep_tokens.append(token)
-                next_prefixes.append([*prefixes[row], token])
-        best_finished = max((s for s, _ in finished), default=-math.inf)
-        # Stop when nothing is live, or no live prefix can still beat the best finished hypothesis:
-        # its log P can only fall, and its penalty can grow at most to that of max_len.
-        if not keep_rows or max(keep_scores) / length_penalty(max_len, alpha) <= best_finished:
-            break
-        rows = torch.tensor(keep_rows, device=source.device)
-        decoder.select(rows)
-        prefixes, scores = next_prefixes, torch.tensor(keep_scores, device=source.device)
-        last_tokens = torch.tensor(keep_tokens, device=source.device)
-    if not finished:  # nothing ended within max_len: return the best live prefix
-        return prefixes[int(scores.argmax())]
-    return max(finished, key=lambda item: item[0])[1]
+    with eval_mode(model):  # dropout off while decoding; the model's mode is restored after
+        decoder = IncrementalDecoder(model, source, source_mask)
+        prefixes: list[list[int]] = [[]]
+        scores = torch.zeros(1, device=source.device)  # log P of each live prefix
+        last_tokens = torch.full((1,), START_ID, dtype=torch.long, device=source.device)
+        finished: list[tuple[float, list[int]]] = []
+        for length in range(1, max_new_tokens + 1):
+            log_probs = torch.log_softmax(decoder.step(last_tokens).float(), dim=-1)  # (live, vocab)
+            vocab_size = log_probs.shape[-1]
+            candidates = (scores.unsqueeze(1) + log_probs).flatten()
+            # The 2k best extensions: at most k of them end, so at least k stay live.
+            best_scores, best = candidates.topk(min(2 * beam_size, candidates.numel()))
+            keep_rows: list[int] = []
+            keep_scores: list[float] = []
+            keep_tokens: list[int] = []
+            next_prefixes: list[list[int]] = []
+            for rank, (score, flat_index) in enumerate(zip(best_scores.tolist(), best.tolist())):
+                row, token = divmod(flat_index, vocab_size)
+                if token == end_id:
+                    if rank < beam_size:  # an ending only counts if it is among the k best
+                        finished.append((score / length_penalty(length, alpha), prefixes[row]))
+                elif len(keep_rows) < beam_size:
+                    keep_rows.append(row)
+                    keep_scores.append(score)
+                    keep_tokens.append(token)
+                    next_prefixes.append([*prefixes[row], token])
+            best_finished = max((s for s, _ in finished), default=-math.inf)
+            # Stop when nothing is live, or no live prefix can still beat the best finished hypothesis:
+            # its log P can only fall, and its penalty can grow at most to that of max_new_tokens.
+            if not keep_rows or max(keep_scores) / length_penalty(max_new_tokens, alpha) <= best_finished:
+                break
+            rows = torch.tensor(keep_rows, device=source.device)
+            decoder.select(rows)
+            prefixes, scores = next_prefixes, torch.tensor(keep_scores, device=source.device)
+            last_tokens = torch.tensor(keep_tokens, device=source.device)
+        if not finished:  # nothing ended within max_new_tokens: return the best live prefix
+            return prefixes[int(scores.argmax())]
+        return max(finished, key=lambda item: item[0])[1]
 
 
-def sample_decode(model: Transformer, source: Tensor, source_mask: Tensor | None = None, *, max_len: int,
-                  temperature: float = 1.0, top_k: int | None = None, generator: torch.Generator | None = None,
+def sample_decode(model: Transformer, source: Tensor, source_mask: Tensor | None = None, *, max_new_tokens: int,
+                  temperature: float = 1.0, top_k: int | None = None, rng: torch.Generator | None = None,
                   end_id: int | None = END_ID) -> list[list[int]]:
     """Draw each next token from softmax(logits / temperature), restricted to the top_k most probable.
 
-    Pass a seeded ``generator`` (on the source's device) for draws that repeat from run to run.
+    Pass a seeded ``rng`` (a torch.Generator on the source's device) for draws that repeat from run to run.
 
     Raises:
         ValueError: if temperature is not positive or top_k is not a positive integer.
@@ -225,6 +230,6 @@ def sample_decode(model: Transformer, source: Tensor, source_mask: Tensor | None
         if top_k is not None and top_k < logits.shape[-1]:
             kth_largest = logits.topk(top_k, dim=-1).values[:, -1:]
             logits = logits.masked_fill(logits < kth_largest, float("-inf"))
-        return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
+        return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=rng).squeeze(1)
 
-    return generate(model, source, source_mask, max_len=max_len, end_id=end_id, choose=draw)
+    return generate(model, source, source_mask, max_new_tokens=max_new_tokens, end_id=end_id, choose=draw)

@@ -4,6 +4,7 @@
 
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -265,14 +266,14 @@ def load_checkpoint(path: str | Path, model: nn.Module, optimizer: torch.optim.O
     return step
 
 
-def check_decoding_inputs(source: Tensor, max_len: int) -> None:
+def check_decoding_inputs(source: Tensor, max_new_tokens: int) -> None:
     """Raise a ValueError naming the problem if a decoder cannot run on these inputs."""
     if source.dim() != 2 or source.shape[0] == 0:
         raise ValueError(f"source must be a (batch, n) tensor of token ids, got shape {tuple(source.shape)}")
     if source.shape[1] == 0:
         raise ValueError("the source is empty: it needs at least one token to translate")
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-        raise ValueError(f"max_len must be a positive integer, got max_len={max_len!r}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive integer, got max_new_tokens={max_new_tokens!r}")
 
 
 def strip_after_end(tokens: Tensor, end_id: int | None = END_ID) -> list[list[int]]:
@@ -283,30 +284,42 @@ def strip_after_end(tokens: Tensor, end_id: int | None = END_ID) -> list[list[in
     return [row[: row.index(end_id)] if end_id in row else row for row in rows]
 
 
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """Run the with-block with the model in eval mode (dropout off), then restore its mode."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
 @torch.no_grad()
 def greedy_decode(model: Transformer, source: Tensor, source_mask: Tensor | None = None, *,
-                  max_len: int, end_id: int | None = END_ID) -> list[list[int]]:
+                  max_new_tokens: int, end_id: int | None = END_ID) -> list[list[int]]:
     """Translate a batch by always taking the most probable next token, recomputing the decoder
-    over the whole prefix at every step. Stops after max_len tokens, or when every row has ended.
+    over the whole prefix at every step. Stops after max_new_tokens tokens, or when every row has ended.
 
     Returns one token-id list per source, without START_ID and END_ID. ``end_id=None`` never stops early.
+    The model is left in the mode it was in (see ``eval_mode``).
 
     Raises:
-        ValueError: for an empty source or a max_len that is not a positive integer.
+        ValueError: for an empty source or a max_new_tokens that is not a positive integer.
     """
-    check_decoding_inputs(source, max_len)
-    model.eval()
-    memory = model.encode(source, source_mask)
+    check_decoding_inputs(source, max_new_tokens)
     generated = torch.full((source.shape[0], 1), START_ID, dtype=torch.long, device=source.device)
     finished = torch.zeros(source.shape[0], dtype=torch.bool, device=source.device)
-    for _ in range(max_len):
-        hidden = model.decode(generated, memory, source_mask)
-        next_token = model.generator(hidden[:, -1]).argmax(dim=-1)
-        generated = torch.cat([generated, next_token.unsqueeze(1)], dim=1)
-        if end_id is not None:
-            finished |= next_token == end_id
-            if bool(finished.all()):
-                break
+    with eval_mode(model):
+        memory = model.encode(source, source_mask)
+        for _ in range(max_new_tokens):
+            hidden = model.decode(generated, memory, source_mask)
+            next_token = model.generator(hidden[:, -1]).argmax(dim=-1)
+            generated = torch.cat([generated, next_token.unsqueeze(1)], dim=1)
+            if end_id is not None:
+                finished |= next_token == end_id
+                if bool(finished.all()):
+                    break
     return strip_after_end(generated[:, 1:], end_id)
 
 
