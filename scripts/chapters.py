@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,7 @@ def toc_files() -> list[Path]:
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     entries = [toc["root"]]
 
-    def walk(items: list[dict]) -> None:
+    def walk(items: list[dict[str, Any]]) -> None:
         for item in items:
             if "file" in item:
                 entries.append(item["file"])
