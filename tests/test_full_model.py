@@ -68,11 +68,6 @@ def test_count_parameters_skips_frozen_parameters():
     assert count_parameters(model) == total - VOCAB * D_MODEL
 
 
-def test_configurations_are_the_papers():
-    assert BASE_CONFIG == {"d_model": 512, "num_heads": 8, "num_layers": 6, "d_ff": 2048, "dropout": 0.1}
-    assert BIG_CONFIG == {"d_model": 1024, "num_heads": 16, "num_layers": 6, "d_ff": 4096, "dropout": 0.3}
-
-
 # --- weight tying ---------------------------------------------------------------------------------
 
 def vocabulary_matrices(model: Transformer) -> list[torch.Tensor]:
