@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jupytext
 import nbformat

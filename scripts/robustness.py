@@ -27,11 +27,11 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Any
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from chapters import BOOK, ROOT, ChapterFailed, execute_chapter
 

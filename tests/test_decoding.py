@@ -11,9 +11,6 @@ import itertools
 import pytest
 import torch
 
-from transformer_book.full_model import Transformer, make_transformer
-from transformer_book.scaled_dot_product import padding_mask
-from transformer_book.training import END_ID, START_ID, make_batch, pad_sequences
 from transformer_book.decoding import (
     IncrementalDecoder,
     beam_search,
@@ -23,6 +20,9 @@ from transformer_book.decoding import (
     length_penalty,
     sample_decode,
 )
+from transformer_book.full_model import Transformer, make_transformer
+from transformer_book.scaled_dot_product import padding_mask
+from transformer_book.training import END_ID, START_ID, make_batch, pad_sequences
 
 VOCAB = 11
 
