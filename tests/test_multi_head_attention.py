@@ -90,7 +90,7 @@ def test_split_heads_is_not_a_plain_view_without_transpose():
 def test_split_heads_errors():
     with pytest.raises(ValueError, match=r"d_model=12 is not divisible by num_heads=5"):
         split_heads(torch.randn(BATCH, N, 12), 5)
-    with pytest.raises(ValueError, match=r"must be positive.*num_heads=0"):
+    with pytest.raises(ValueError, match=r"num_heads must be a positive integer, got num_heads=0"):
         split_heads(torch.randn(BATCH, N, 12), 0)
     with pytest.raises(ValueError, match=r"split_heads needs x of shape \(batch, n, d_model\), got shape \(5, 12\)"):
         split_heads(torch.randn(N, 12), 3)
@@ -291,9 +291,9 @@ def test_gradients_stay_finite_with_a_fully_blocked_query():
     [
         (10, 3, r"d_model=10 is not divisible by num_heads=3"),
         (512, 6, r"d_model=512 is not divisible by num_heads=6"),
-        (0, 2, r"must be positive, got d_model=0, num_heads=2"),
-        (8, -2, r"must be positive, got d_model=8, num_heads=-2"),
-        (8.0, 2, r"must be integers, got d_model=8.0"),
+        (0, 2, r"d_model must be a positive integer, got d_model=0"),
+        (8, -2, r"num_heads must be a positive integer, got num_heads=-2"),
+        (8.0, 2, r"d_model must be a positive integer, got d_model=8.0"),
     ],
 )
 def test_constructor_errors(d_model, num_heads, message):
