@@ -11,6 +11,7 @@ import pytest
 
 import export
 import invalidate_cache
+import reading_time
 import sync_twins
 from chapters import ROOT, colab_bootstrap, toc_chapters, toc_files
 
@@ -40,6 +41,15 @@ def test_a_chapters_cache_depends_on_every_module_it_reaches() -> None:
     reached = invalidate_cache.reached_modules((ROOT / "book" / "decoding.md").read_text())
     assert {"training", "translation", "full_model", "multi_head_attention", "helpers"} <= reached
     assert "training" not in invalidate_cache.reached_modules((ROOT / "book" / "preface.md").read_text())
+
+
+def test_readme_shows_the_current_reading_times() -> None:
+    assert reading_time.main(["--check"]) == 0, "README.md's reading-time table is stale: run make sync"
+
+
+def test_reading_time_counts_prose_and_visible_code_only() -> None:
+    assert reading_time.prose_words("Attention is all you need.\n:alt: not read\n```{note}\n```") == 5
+    assert reading_time.prose_words("See {doc}`preface` and {glue:text}`sdp_ratio:.0f`.") == 4
 
 
 def test_export_recognises_a_hand_edited_module(tmp_path: Path) -> None:
