@@ -21,7 +21,7 @@ from pathlib import Path
 
 import jupytext
 
-from chapters import BOOK, ROOT, write_or_check
+from chapters import BOOK, ROOT, is_notebook, write_or_check
 
 PACKAGE = ROOT / "src" / "transformer_book"
 HEADER = (
@@ -70,6 +70,8 @@ def exported_source(chapter: Path) -> str | None:
 def expected_modules() -> dict[Path, str]:
     modules = {}
     for chapter in sorted(BOOK.glob("*.md")):
+        if not is_notebook(chapter):  # a plain page (glossary, worksheet) exports nothing
+            continue
         source = exported_source(chapter)
         if source is not None:
             modules[PACKAGE / module_name(chapter)] = source
