@@ -15,7 +15,7 @@ from typing import Any
 from myst_nb.sphinx_ import NbMetadataCollector
 from sphinx.application import Sphinx
 from sphinx.util import logging
-from sphinx.util.console import bold, red  # type: ignore[attr-defined]
+from sphinx.util.console import bold, red
 
 logger = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jupytext
 import nbformat
@@ -26,7 +27,7 @@ def toc_files() -> list[Path]:
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     entries = [toc["root"]]
 
-    def walk(items: list[dict]) -> None:
+    def walk(items: list[dict[str, Any]]) -> None:
         for item in items:
             if "file" in item:
                 entries.append(item["file"])

@@ -31,12 +31,13 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from chapters import BOOK, ROOT, ChapterFailed, execute_chapter
 
 #: Chapters whose checks rest on training or sampling, and so can differ from run to run.
-STOCHASTIC = ["sequential-bottleneck", "self-attention", "multi-head-attention", "block-anatomy", "training",
-              "translation", "decoding"]
+STOCHASTIC = ["sequential-bottleneck", "scaled-dot-product", "self-attention", "multi-head-attention",
+              "block-anatomy", "training", "translation", "decoding"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class Setting:
 class Outcome:
     setting: Setting
     seconds: float
-    claims: list[dict] = field(default_factory=list)
+    claims: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
 
 
@@ -102,7 +103,7 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def threshold_text(record: dict) -> str:
+def threshold_text(record: dict[str, Any]) -> str:
     low, high = record["at_least"], record["at_most"]
     if low is not None and high is not None:
         return f"[{low:.4g}, {high:.4g}]"
@@ -114,7 +115,7 @@ def threshold_text(record: dict) -> str:
 
 
 def report(outcomes: list[Outcome], settings_per_chapter: dict[str, int]) -> None:
-    by_claim: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    by_claim: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     order: list[tuple[str, str]] = []
     for outcome in outcomes:
         for record in outcome.claims:

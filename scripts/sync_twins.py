@@ -28,7 +28,8 @@ def twin_text(chapter: Path) -> str:
     # Stable cell ids (nbformat draws random ones), so a twin changes only when its chapter does.
     for index, cell in enumerate(notebook.cells):
         cell.id = f"cell-{index}"
-    return jupytext.writes(notebook, fmt="ipynb")
+    text: str = jupytext.writes(notebook, fmt="ipynb")
+    return text
 
 
 def main() -> int:
@@ -37,7 +38,7 @@ def main() -> int:
     args = parser.parse_args()
     expected = {chapter.with_suffix(".ipynb"): twin_text(chapter) for chapter in chapters()}
     orphans = [twin for twin in BOOK.glob("*.ipynb") if not twin.with_suffix(".md").exists()]
-    return write_or_check(expected, orphans, args.check, fix="run python scripts/sync_twins.py")
+    return write_or_check(expected, orphans, args.check, fix="run make sync")
 
 if __name__ == "__main__":
     sys.exit(main())

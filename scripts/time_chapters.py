@@ -4,7 +4,7 @@
     python scripts/time_chapters.py book/preface.md # just these
 
 Each chapter runs in a fresh kernel, as in a test or in Colab. The budgets are
-those of DESIGN.md: 30 s for a chapter without training, 120 s with.
+those of CONTRIBUTING.md: 30 s for a chapter without training, 120 s with.
 """
 
 from __future__ import annotations

@@ -29,9 +29,9 @@ def inputs(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return x, memory, padding_mask(torch.tensor(SOURCE_LENGTHS), N)
 
 
-def torch_masks(memory_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+def torch_masks(source_mask: torch.Tensor) -> dict[str, torch.Tensor]:
     """The book's masks in PyTorch's convention (True = blocked)."""
-    return {"tgt_mask": ~causal_mask(M), "memory_key_padding_mask": ~memory_mask[:, 0]}
+    return {"tgt_mask": ~causal_mask(M), "memory_key_padding_mask": ~source_mask[:, 0]}
 
 
 # --- shift_right -------------------------------------------------------------------------------
@@ -69,9 +69,9 @@ def test_shift_right_rejects_a_bad_start_token(start_token: float, message: str)
 # --- shapes ------------------------------------------------------------------------------------
 
 def test_decoder_layer_shapes_and_stored_weights() -> None:
-    x, memory, memory_mask = inputs()
+    x, memory, source_mask = inputs()
     layer = DecoderLayer(D_MODEL, HEADS, D_FF)
-    output = layer(x, memory, memory_mask=memory_mask)
+    output = layer(x, memory, source_mask=source_mask)
     assert output.shape == (BATCH, M, D_MODEL)
     assert layer.self_attention_weights is not None and layer.cross_attention_weights is not None
     assert layer.self_attention_weights.shape == (BATCH, HEADS, M, M)
@@ -85,11 +85,11 @@ def test_decoder_layer_shapes_and_stored_weights() -> None:
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_stack_shapes_and_final_norm(norm_first: bool) -> None:
-    x, memory, memory_mask = inputs()
+    x, memory, source_mask = inputs()
     decoder = Decoder(3, D_MODEL, HEADS, D_FF, norm_first=norm_first)
     assert len(decoder.layers) == 3
     assert isinstance(decoder.norm, LayerNorm if norm_first else nn.Identity)
-    assert decoder(x, memory, memory_mask=memory_mask).shape == (BATCH, M, D_MODEL)
+    assert decoder(x, memory, source_mask=source_mask).shape == (BATCH, M, D_MODEL)
 
 
 def test_decoder_handles_a_target_longer_than_the_source() -> None:
@@ -110,27 +110,27 @@ def test_parameter_count_of_a_paper_size_layer() -> None:
 @pytest.mark.parametrize("t", range(M))
 def test_changing_a_later_input_leaves_every_earlier_output_identical(t: int, norm_first: bool) -> None:
     torch.manual_seed(0)
-    x, memory, memory_mask = inputs()
+    x, memory, source_mask = inputs()
     decoder = Decoder(LAYERS, D_MODEL, HEADS, D_FF, norm_first=norm_first).eval()
     changed = x.clone()
     changed[:, t] += torch.randn(D_MODEL)
     with torch.no_grad():
-        difference = (decoder(changed, memory, memory_mask=memory_mask)
-                      - decoder(x, memory, memory_mask=memory_mask)).abs()
+        difference = (decoder(changed, memory, source_mask=source_mask)
+                      - decoder(x, memory, source_mask=source_mask)).abs()
     assert (difference[:, :t] == 0).all()          # exactly: masked weights are exactly zero
     assert (difference[:, t:].amax(dim=-1) > 1e-4).all()
 
 
 def test_without_the_causal_mask_earlier_outputs_do_change() -> None:
     torch.manual_seed(0)
-    x, memory, memory_mask = inputs()
+    x, memory, source_mask = inputs()
     decoder = Decoder(LAYERS, D_MODEL, HEADS, D_FF).eval()
     changed = x.clone()
     changed[:, -1] += 1.0
-    everywhere = torch.ones(M, M, dtype=torch.bool)
+    everywhere = torch.ones(1, M, M, dtype=torch.bool)
     with torch.no_grad():
-        difference = (decoder(changed, memory, everywhere, memory_mask)
-                      - decoder(x, memory, everywhere, memory_mask)).abs()
+        difference = (decoder(changed, memory, source_mask, everywhere)
+                      - decoder(x, memory, source_mask, everywhere)).abs()
     assert difference[:, 0].max() > 1e-4
 
 
@@ -151,38 +151,38 @@ def test_prediction_i_never_depends_on_target_i_after_the_shift() -> None:
 
 def test_memory_padding_does_not_leak() -> None:
     torch.manual_seed(0)
-    x, memory, memory_mask = inputs()
+    x, memory, source_mask = inputs()
     decoder = Decoder(LAYERS, D_MODEL, HEADS, D_FF).eval()
     changed = memory.clone()
     changed[1, SOURCE_LENGTHS[1]:] = torch.randn(N - SOURCE_LENGTHS[1], D_MODEL)  # padded positions only
     with torch.no_grad():
-        original = decoder(x, memory, memory_mask=memory_mask)
-        assert torch.equal(decoder(x, changed, memory_mask=memory_mask), original)
+        original = decoder(x, memory, source_mask=source_mask)
+        assert torch.equal(decoder(x, changed, source_mask=source_mask), original)
         # Without the memory mask the padding is read: the test can tell the difference.
         assert not torch.allclose(decoder(x, changed), decoder(x, memory))
 
 
 def test_every_real_source_position_reaches_the_first_target_position() -> None:
     torch.manual_seed(0)
-    x, memory, memory_mask = inputs()
+    x, memory, source_mask = inputs()
     decoder = Decoder(LAYERS, D_MODEL, HEADS, D_FF).eval()
     with torch.no_grad():
-        original = decoder(x, memory, memory_mask=memory_mask)
+        original = decoder(x, memory, source_mask=source_mask)
         for j in range(SOURCE_LENGTHS[1]):
             changed = memory.clone()
             changed[1, j] += 1.0
-            assert (decoder(x, changed, memory_mask=memory_mask) - original)[1, 0].abs().max() > 1e-4
+            assert (decoder(x, changed, source_mask=source_mask) - original)[1, 0].abs().max() > 1e-4
 
 
 def test_target_padding_needs_no_extra_mask() -> None:
     torch.manual_seed(0)
-    x, memory, memory_mask = inputs()
+    x, memory, source_mask = inputs()
     decoder = Decoder(LAYERS, D_MODEL, HEADS, D_FF).eval()
     real = 3                                              # positions 3.. are padding
     changed = x.clone()
     changed[:, real:] = torch.randn(BATCH, M - real, D_MODEL)
     with torch.no_grad():
-        difference = decoder(changed, memory, memory_mask=memory_mask) - decoder(x, memory, memory_mask=memory_mask)
+        difference = decoder(changed, memory, source_mask=source_mask) - decoder(x, memory, source_mask=source_mask)
     assert (difference[:, :real] == 0).all()
 
 
@@ -192,33 +192,33 @@ def test_target_padding_needs_no_extra_mask() -> None:
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_decoder_layer_agrees_with_nn_transformer_decoder_layer(norm_first: bool, activation: str) -> None:
     torch.manual_seed(0)
-    x, memory, memory_mask = inputs()
+    x, memory, source_mask = inputs()
     theirs = nudge(nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF, dropout=0.0, activation=activation,
                                               batch_first=True, norm_first=norm_first))
     ours = DecoderLayer(D_MODEL, HEADS, D_FF, activation=activation, norm_first=norm_first)
     load_torch_decoder_layer(ours, theirs)
     with torch.no_grad():
-        expected = theirs(x, memory, **torch_masks(memory_mask))
-        assert (ours(x, memory, memory_mask=memory_mask) - expected).abs().max() < 1e-5
+        expected = theirs(x, memory, **torch_masks(source_mask))
+        assert (ours(x, memory, source_mask=source_mask) - expected).abs().max() < 1e-5
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_decoder_agrees_with_nn_transformer_decoder(norm_first: bool, activation: str) -> None:
     torch.manual_seed(0)
-    x, memory, memory_mask = inputs()
+    x, memory, source_mask = inputs()
     layer = nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF, dropout=0.0, activation=activation,
                                        batch_first=True, norm_first=norm_first)
     theirs = nudge(nn.TransformerDecoder(layer, LAYERS, norm=nn.LayerNorm(D_MODEL) if norm_first else None))
     ours = Decoder(LAYERS, D_MODEL, HEADS, D_FF, activation=activation, norm_first=norm_first)
     load_torch_decoder(ours, theirs)
     with torch.no_grad():
-        expected = theirs(x, memory, **torch_masks(memory_mask))
-        difference = (ours(x, memory, memory_mask=memory_mask) - expected).abs().max()
+        expected = theirs(x, memory, **torch_masks(source_mask))
+        difference = (ours(x, memory, source_mask=source_mask) - expected).abs().max()
         assert difference < 1e-5
         # The layers are not interchangeable: swapping two of them breaks the agreement.
         ours.layers = nn.ModuleList(reversed(list(ours.layers)))
-        assert (ours(x, memory, memory_mask=memory_mask) - expected).abs().max() > 1e-3
+        assert (ours(x, memory, source_mask=source_mask) - expected).abs().max() > 1e-3
 
 
 def test_load_torch_decoder_layer_rejects_a_different_layernorm_order() -> None:
@@ -291,12 +291,14 @@ def test_inputs_of_the_wrong_shape_are_rejected(module: nn.Module) -> None:
 
 @pytest.mark.parametrize("module", [DecoderLayer(D_MODEL, HEADS, D_FF), Decoder(2, D_MODEL, HEADS, D_FF)])
 def test_masks_of_the_wrong_shape_or_dtype_are_rejected(module: nn.Module) -> None:
-    x, memory, memory_mask = inputs()
-    with pytest.raises(ValueError, match=r"mask of shape \(4, 4\) does not broadcast"):
-        module(x, memory, self_mask=causal_mask(4), memory_mask=memory_mask)
+    x, memory, source_mask = inputs()
+    with pytest.raises(ValueError, match=r"mask of shape \(1, 4, 4\) does not broadcast"):
+        module(x, memory, source_mask, target_mask=causal_mask(4)[None])
+    with pytest.raises(ValueError, match=r"mask must have 3 dimensions"):
+        module(x, memory, source_mask, target_mask=causal_mask(M))
     with pytest.raises(ValueError, match=r"mask of shape \(2, 1, 5\) does not broadcast"):
-        module(x, memory, memory_mask=padding_mask(torch.tensor([5, 3]), 5))   # padded to M, not N
+        module(x, memory, source_mask=padding_mask(torch.tensor([5, 3]), 5))   # padded to M, not N
     with pytest.raises(ValueError, match="give one mask for all heads"):
-        module(x, memory, memory_mask=memory_mask[:, None])                     # with a head dimension
+        module(x, memory, source_mask=source_mask[:, None])                     # with a head dimension
     with pytest.raises(ValueError, match="mask must be a bool tensor"):
-        module(x, memory, self_mask=causal_mask(M).float())
+        module(x, memory, target_mask=causal_mask(M)[None].float())

@@ -11,17 +11,18 @@ import itertools
 import pytest
 import torch
 
-from transformer_book.full_model import Transformer, make_transformer
-from transformer_book.scaled_dot_product import padding_mask
-from transformer_book.training import END_ID, START_ID, greedy_decode, make_batch, pad_sequences
 from transformer_book.decoding import (
     IncrementalDecoder,
     beam_search,
     cached_greedy_decode,
     generate,
+    greedy_decode,
     length_penalty,
     sample_decode,
 )
+from transformer_book.full_model import Transformer, make_transformer
+from transformer_book.scaled_dot_product import padding_mask
+from transformer_book.training import END_ID, START_ID, make_batch, pad_sequences
 
 VOCAB = 11
 
@@ -38,8 +39,8 @@ def tiny_model(norm_first: bool = False, vocab: int = VOCAB, seed: int = 0, max_
 
 def padded_sources(lengths: list[int], seed: int = 1, vocab: int = VOCAB) -> tuple[torch.Tensor, torch.Tensor]:
     """Random sources of the given lengths (ids 3..vocab-1), padded, and their padding mask."""
-    generator = torch.Generator().manual_seed(seed)
-    sequences = [torch.randint(3, vocab, (length,), generator=generator).tolist() for length in lengths]
+    rng = torch.Generator().manual_seed(seed)
+    sequences = [torch.randint(3, vocab, (length,), generator=rng).tolist() for length in lengths]
     source, source_lengths = pad_sequences(sequences)
     return source, padding_mask(source_lengths, source.shape[1])
 
@@ -51,8 +52,8 @@ def padded_sources(lengths: list[int], seed: int = 1, vocab: int = VOCAB) -> tup
 def test_cached_greedy_decode_equals_greedy_decode(norm_first: bool, end_id: int | None) -> None:
     model = tiny_model(norm_first)
     source, source_mask = padded_sources([7, 3, 5, 1, 6, 2])
-    expected = greedy_decode(model, source, source_mask, max_len=9, end_id=end_id)
-    assert cached_greedy_decode(model, source, source_mask, max_len=9, end_id=end_id) == expected
+    expected = greedy_decode(model, source, source_mask, max_new_tokens=9, end_id=end_id)
+    assert cached_greedy_decode(model, source, source_mask, max_new_tokens=9, end_id=end_id) == expected
     if end_id is None:
         assert all(len(output) == 9 for output in expected)
 
@@ -129,13 +130,21 @@ def test_step_stops_at_the_end_of_the_positional_table() -> None:
         decoder.step(torch.tensor([START_ID]))
 
 
+def test_greedy_decode_stops_at_the_end_of_the_positional_table() -> None:
+    model = tiny_model(max_len=3)
+    source, source_mask = padded_sources([3])
+    assert len(greedy_decode(model, source, source_mask, max_new_tokens=2, end_id=None)[0]) == 2
+    with pytest.raises(ValueError, match="longer than the positional table"):
+        greedy_decode(model, source, source_mask, max_new_tokens=5, end_id=None)
+
+
 def test_generate_applies_choose_and_stops_at_the_end_token() -> None:
     model = tiny_model()
     source, source_mask = padded_sources([4, 2])
-    always_end = generate(model, source, source_mask, max_len=5, choose=lambda logits: torch.full_like(
+    always_end = generate(model, source, source_mask, max_new_tokens=5, choose=lambda logits: torch.full_like(
         logits[:, 0], END_ID, dtype=torch.long))
     assert always_end == [[], []]
-    always_seven = generate(model, source, source_mask, max_len=4, end_id=None,
+    always_seven = generate(model, source, source_mask, max_new_tokens=4, end_id=None,
                             choose=lambda logits: torch.full_like(logits[:, 0], 7, dtype=torch.long))
     assert always_seven == [[7, 7, 7, 7], [7, 7, 7, 7]]
 
@@ -155,14 +164,14 @@ def test_beam_of_one_without_penalty_is_greedy_decoding(norm_first: bool) -> Non
     model = tiny_model(norm_first)
     for seed in range(6):
         source, _ = padded_sources([3 + seed % 4], seed=seed)
-        expected = greedy_decode(model, source, max_len=8)[0]
-        assert beam_search(model, source, max_len=8, beam_size=1, alpha=0.0) == expected
+        expected = greedy_decode(model, source, max_new_tokens=8)[0]
+        assert beam_search(model, source, max_new_tokens=8, beam_size=1, alpha=0.0) == expected
 
 
-def exhaustive_best(model: Transformer, source: torch.Tensor, vocab: int, max_len: int, alpha: float) -> list[int]:
-    """The output with the best log P(Y + END | X) / lp(|Y| + 1) among all outputs of up to max_len - 1 tokens."""
+def exhaustive_best(model: Transformer, source: torch.Tensor, vocab: int, max_new_tokens: int, alpha: float) -> list[int]:
+    """The output with the best log P(Y + END | X) / lp(|Y| + 1) among all outputs of up to max_new_tokens - 1 tokens."""
     tokens = [token for token in range(vocab) if token != END_ID]
-    outputs = [list(output) for length in range(max_len) for output in itertools.product(tokens, repeat=length)]
+    outputs = [list(output) for length in range(max_new_tokens) for output in itertools.product(tokens, repeat=length)]
     batch = make_batch([source[0].tolist()] * len(outputs), outputs)
     with torch.no_grad():
         logits = model(batch.source, batch.target_input, batch.source_mask, batch.target_mask)
@@ -180,27 +189,27 @@ def test_a_wide_beam_finds_the_exhaustive_best(seed: int) -> None:
     The seeds are models for which the best output's length depends on alpha, so that the
     length penalty and the early stop are really tested.
     """
-    vocab, max_len = 5, 4
+    vocab, max_new_tokens = 5, 4
     model = tiny_model(vocab=vocab, seed=seed)
     source, _ = padded_sources([3], seed=seed, vocab=vocab)
-    best = {alpha: exhaustive_best(model, source, vocab, max_len, alpha) for alpha in [0.0, 0.6, 2.0]}
+    best = {alpha: exhaustive_best(model, source, vocab, max_new_tokens, alpha) for alpha in [0.0, 0.6, 2.0]}
     assert len(best[0.0]) != len(best[2.0])
     for alpha, expected in best.items():
-        assert beam_search(model, source, max_len=max_len, beam_size=1000, alpha=alpha) == expected
+        assert beam_search(model, source, max_new_tokens=max_new_tokens, beam_size=1000, alpha=alpha) == expected
 
 
 def test_beam_search_returns_the_most_probable_prefix_when_nothing_ends() -> None:
     """An end id the model cannot emit: no hypothesis finishes, and the best live prefix is returned."""
-    vocab, max_len = 5, 3
+    vocab, max_new_tokens = 5, 3
     model = tiny_model(vocab=vocab, seed=3)
     source, _ = padded_sources([4], seed=3, vocab=vocab)
-    outputs = [list(output) for output in itertools.product(range(vocab), repeat=max_len)]
+    outputs = [list(output) for output in itertools.product(range(vocab), repeat=max_new_tokens)]
     batch = make_batch([source[0].tolist()] * len(outputs), outputs)
     with torch.no_grad():
         logits = model(batch.source, batch.target_input, batch.source_mask, batch.target_mask)
         log_probs = torch.log_softmax(logits, dim=-1)
-    sums = log_probs.gather(-1, batch.target_output.unsqueeze(-1)).squeeze(-1)[:, :max_len].sum(-1)
-    output = beam_search(model, source, max_len=max_len, beam_size=1000, end_id=vocab + 1)
+    sums = log_probs.gather(-1, batch.target_output.unsqueeze(-1)).squeeze(-1)[:, :max_new_tokens].sum(-1)
+    output = beam_search(model, source, max_new_tokens=max_new_tokens, beam_size=1000, end_id=vocab + 1)
     assert output == outputs[int(sums.argmax())]
 
 
@@ -209,18 +218,18 @@ def test_beam_search_returns_the_most_probable_prefix_when_nothing_ends() -> Non
 def test_top_k_one_sampling_is_greedy_decoding() -> None:
     model = tiny_model()
     source, source_mask = padded_sources([7, 3, 5, 1, 6, 2])
-    generator = torch.Generator().manual_seed(0)
-    sampled = sample_decode(model, source, source_mask, max_len=9, temperature=5.0, top_k=1, generator=generator)
-    assert sampled == greedy_decode(model, source, source_mask, max_len=9)
+    rng = torch.Generator().manual_seed(0)
+    sampled = sample_decode(model, source, source_mask, max_new_tokens=9, temperature=5.0, top_k=1, rng=rng)
+    assert sampled == greedy_decode(model, source, source_mask, max_new_tokens=9)
 
 
 def test_a_low_temperature_samples_greedily() -> None:
     model = tiny_model()
     source, source_mask = padded_sources([7, 3, 5, 1, 6, 2])
-    greedy = greedy_decode(model, source, source_mask, max_len=9)
-    generator = torch.Generator().manual_seed(0)
-    assert sample_decode(model, source, source_mask, max_len=9, temperature=1e-4, generator=generator) == greedy
-    assert sample_decode(model, source, source_mask, max_len=9, temperature=1.0, generator=generator) != greedy
+    greedy = greedy_decode(model, source, source_mask, max_new_tokens=9)
+    rng = torch.Generator().manual_seed(0)
+    assert sample_decode(model, source, source_mask, max_new_tokens=9, temperature=1e-4, rng=rng) == greedy
+    assert sample_decode(model, source, source_mask, max_new_tokens=9, temperature=1.0, rng=rng) != greedy
 
 
 def test_a_seeded_generator_repeats_its_samples() -> None:
@@ -228,8 +237,8 @@ def test_a_seeded_generator_repeats_its_samples() -> None:
     source, source_mask = padded_sources([7, 3, 5, 1, 6, 2])
 
     def draw(seed: int) -> list[list[int]]:
-        return sample_decode(model, source, source_mask, max_len=9, temperature=2.0, end_id=None,
-                             generator=torch.Generator().manual_seed(seed))
+        return sample_decode(model, source, source_mask, max_new_tokens=9, temperature=2.0, end_id=None,
+                             rng=torch.Generator().manual_seed(seed))
 
     assert draw(0) == draw(0)
     assert draw(0) != draw(1)
@@ -238,10 +247,10 @@ def test_a_seeded_generator_repeats_its_samples() -> None:
 def test_top_k_draws_only_among_the_k_most_probable_tokens() -> None:
     model = tiny_model()
     source, source_mask = padded_sources([5, 3, 6])
-    generator = torch.Generator().manual_seed(0)
+    rng = torch.Generator().manual_seed(0)
     # A huge temperature makes the top-k almost uniform, so every one of the k tokens gets drawn.
-    sampled = sample_decode(model, source, source_mask, max_len=8, temperature=1e4, top_k=3, end_id=None,
-                            generator=generator)
+    sampled = sample_decode(model, source, source_mask, max_new_tokens=8, temperature=1e4, top_k=3, end_id=None,
+                            rng=rng)
     batch = make_batch(source.tolist(), sampled)  # for target_input (START + samples) and target_output
     with torch.no_grad():
         logits = model(source, batch.target_input, source_mask)[:, :8]
@@ -257,17 +266,56 @@ ONE = torch.tensor([[4, 5, 6]])
 
 
 @pytest.mark.parametrize("decode", [
-    lambda model, source, max_len: cached_greedy_decode(model, source, max_len=max_len),
-    lambda model, source, max_len: sample_decode(model, source, max_len=max_len),
-    lambda model, source, max_len: beam_search(model, source, max_len=max_len),
+    lambda model, source, max_new_tokens: cached_greedy_decode(model, source, max_new_tokens=max_new_tokens),
+    lambda model, source, max_new_tokens: sample_decode(model, source, max_new_tokens=max_new_tokens),
+    lambda model, source, max_new_tokens: beam_search(model, source, max_new_tokens=max_new_tokens),
 ], ids=["cached_greedy_decode", "sample_decode", "beam_search"])
-def test_decoders_reject_an_empty_source_and_a_max_len_below_one(decode) -> None:
+def test_decoders_reject_an_empty_source_and_max_new_tokens_below_one(decode) -> None:
     model = tiny_model()
     with pytest.raises(ValueError, match="the source is empty"):
         decode(model, EMPTY, 5)
-    for max_len in [0, -1, 2.5, True]:
-        with pytest.raises(ValueError, match="max_len must be a positive integer"):
-            decode(model, ONE, max_len)
+    for max_new_tokens in [0, -1, 2.5, True]:
+        with pytest.raises(ValueError, match="max_new_tokens must be a positive integer"):
+            decode(model, ONE, max_new_tokens)
+
+
+DECODERS = {
+    "greedy_decode": lambda model, source, mask: greedy_decode(model, source, mask, max_new_tokens=4),
+    "cached_greedy_decode": lambda model, source, mask: cached_greedy_decode(model, source, mask, max_new_tokens=4),
+    "sample_decode": lambda model, source, mask: sample_decode(model, source, mask, max_new_tokens=4),
+    "beam_search": lambda model, source, mask: beam_search(model, source[:1], mask[:1], max_new_tokens=4),
+}
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["training", "eval"])
+@pytest.mark.parametrize("name", DECODERS)
+def test_decoders_leave_the_model_in_the_mode_they_found_it(name: str, training: bool) -> None:
+    model = make_transformer(VOCAB, VOCAB, d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.5)
+    model.train(training)
+    source, source_mask = padded_sources([5, 3])
+    DECODERS[name](model, source, source_mask)
+    assert model.training is training
+    assert all(module.training is training for module in model.modules())
+
+
+def test_decoders_decode_without_dropout_even_from_a_model_in_training_mode() -> None:
+    model = make_transformer(VOCAB, VOCAB, d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.5)
+    source, source_mask = padded_sources([5, 3])
+    expected = greedy_decode(model.eval(), source, source_mask, max_new_tokens=6, end_id=None)
+    model.train()
+    assert greedy_decode(model, source, source_mask, max_new_tokens=6, end_id=None) == expected
+    assert cached_greedy_decode(model, source, source_mask, max_new_tokens=6, end_id=None) == expected
+
+
+def test_beam_search_hides_the_padding_of_a_padded_source() -> None:
+    model = tiny_model()
+    source, source_mask = padded_sources([6, 3])
+    padded, mask = source[1:], source_mask[1:]  # one sentence of 3 tokens, padded to 6
+    alone = beam_search(model, padded[:, :3], max_new_tokens=6)
+    assert beam_search(model, padded, mask, max_new_tokens=6) == alone
+    changed = padded.clone()
+    changed[0, 3:] = 7
+    assert beam_search(model, changed, mask, max_new_tokens=6) == alone
 
 
 def test_incremental_decoder_rejects_an_empty_source() -> None:
@@ -278,23 +326,23 @@ def test_incremental_decoder_rejects_an_empty_source() -> None:
 @pytest.mark.parametrize("beam_size", [0, -2, 1.5, True])
 def test_beam_search_rejects_a_beam_size_below_one(beam_size) -> None:
     with pytest.raises(ValueError, match="beam_size must be a positive integer"):
-        beam_search(tiny_model(), ONE, max_len=5, beam_size=beam_size)
+        beam_search(tiny_model(), ONE, max_new_tokens=5, beam_size=beam_size)
 
 
 def test_beam_search_rejects_a_batch_and_a_negative_alpha() -> None:
     with pytest.raises(ValueError, match="beam_search decodes one sentence at a time, got a batch of 2"):
-        beam_search(tiny_model(), ONE.repeat(2, 1), max_len=5)
+        beam_search(tiny_model(), ONE.repeat(2, 1), max_new_tokens=5)
     with pytest.raises(ValueError, match="alpha must be non-negative"):
-        beam_search(tiny_model(), ONE, max_len=5, alpha=-0.1)
+        beam_search(tiny_model(), ONE, max_new_tokens=5, alpha=-0.1)
 
 
 @pytest.mark.parametrize("temperature", [0.0, -1.0, float("nan")])
 def test_sample_decode_rejects_a_temperature_that_is_not_positive(temperature: float) -> None:
     with pytest.raises(ValueError, match="temperature must be positive"):
-        sample_decode(tiny_model(), ONE, max_len=5, temperature=temperature)
+        sample_decode(tiny_model(), ONE, max_new_tokens=5, temperature=temperature)
 
 
 @pytest.mark.parametrize("top_k", [0, -3, 2.0, True])
 def test_sample_decode_rejects_a_top_k_that_is_not_a_positive_integer(top_k) -> None:
-    with pytest.raises(ValueError, match="top_k must be a positive integer or None"):
-        sample_decode(tiny_model(), ONE, max_len=5, top_k=top_k)
+    with pytest.raises(ValueError, match="top_k must be a positive integer"):
+        sample_decode(tiny_model(), ONE, max_new_tokens=5, top_k=top_k)

@@ -185,9 +185,13 @@ def test_loaded_layers_keep_their_order() -> None:
 
 
 def test_identity_as_their_final_norm_is_accepted_for_post_ln() -> None:
-    theirs = their_stack()
+    torch.manual_seed(0)
+    theirs = nudge(their_stack()).eval()
     theirs.norm = nn.Identity()
-    load_torch_encoder(Encoder(LAYERS, D_MODEL, HEADS, D_FF), theirs)
+    ours = Encoder(LAYERS, D_MODEL, HEADS, D_FF).eval()
+    load_torch_encoder(ours, theirs)
+    with torch.no_grad():
+        assert (ours(inputs()) - theirs(inputs())).abs().max() < 1e-5
 
 
 # --- loader errors ---------------------------------------------------------------------------------

@@ -68,11 +68,6 @@ def test_count_parameters_skips_frozen_parameters():
     assert count_parameters(model) == total - VOCAB * D_MODEL
 
 
-def test_configurations_are_the_papers():
-    assert BASE_CONFIG == {"d_model": 512, "num_heads": 8, "num_layers": 6, "d_ff": 2048, "dropout": 0.1}
-    assert BIG_CONFIG == {"d_model": 1024, "num_heads": 16, "num_layers": 6, "d_ff": 4096, "dropout": 0.3}
-
-
 # --- weight tying ---------------------------------------------------------------------------------
 
 def vocabulary_matrices(model: Transformer) -> list[torch.Tensor]:
@@ -163,11 +158,24 @@ def test_an_explicit_target_mask_replaces_the_causal_one():
     source, target_input, source_mask = batch()
     changed = target_input.clone()
     changed[:, 3] = (changed[:, 3] + 1) % VOCAB
-    see_everything = torch.ones(M, M, dtype=torch.bool)
+    see_everything = torch.ones(1, M, M, dtype=torch.bool)
     with torch.no_grad():
         original = model(source, target_input, source_mask, see_everything)
         after = model(source, changed, source_mask, see_everything)
     assert not torch.allclose(original[:, 0], after[:, 0], atol=1e-3)  # position 0 now sees position 3
+
+
+def test_a_pytorch_style_source_padding_mask_is_refused():
+    # nn.Transformer's src_key_padding_mask is (batch, n); the book's masks are 3-D, so a 2-D one
+    # is refused everywhere, here with a batch of 7 sources of 7 tokens, where it could be misread.
+    model = small_model()
+    source = torch.randint(0, VOCAB, (N, N))
+    target_input = torch.randint(0, VOCAB, (N, M))
+    key_padding = torch.arange(N)[None, :] < torch.arange(1, N + 1)[:, None]  # (batch, n), True = real
+    with pytest.raises(ValueError, match="ambiguous"):
+        model(source, target_input, key_padding)
+    with pytest.raises(ValueError, match="ambiguous"):
+        model(source, target_input, key_padding[:, None], causal_mask(M))
 
 
 def test_source_padding_is_ignored():

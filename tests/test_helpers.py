@@ -11,12 +11,14 @@ import transformer_book
 from transformer_book import helpers
 
 
-def test_device_is_cuda_when_present_else_cpu_or_mps() -> None:
-    chosen = transformer_book.device()
-    if torch.cuda.is_available():
-        assert chosen.type == "cuda"
-    else:
-        assert chosen.type in {"cpu", "mps"}
+@pytest.mark.parametrize(("cuda", "mps", "expected"), [
+    (True, True, "cuda"), (True, False, "cuda"), (False, True, "mps"), (False, False, "cpu"),
+])
+def test_device_prefers_cuda_then_mps_then_the_cpu(monkeypatch: pytest.MonkeyPatch, cuda: bool, mps: bool,
+                                                   expected: str) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+    assert transformer_book.device().type == expected
 
 
 def test_by_device_picks_the_cpu_setting_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -90,7 +90,7 @@ def test_split_heads_is_not_a_plain_view_without_transpose():
 def test_split_heads_errors():
     with pytest.raises(ValueError, match=r"d_model=12 is not divisible by num_heads=5"):
         split_heads(torch.randn(BATCH, N, 12), 5)
-    with pytest.raises(ValueError, match=r"must be positive.*num_heads=0"):
+    with pytest.raises(ValueError, match=r"num_heads must be a positive integer, got num_heads=0"):
         split_heads(torch.randn(BATCH, N, 12), 0)
     with pytest.raises(ValueError, match=r"split_heads needs x of shape \(batch, n, d_model\), got shape \(5, 12\)"):
         split_heads(torch.randn(N, 12), 3)
@@ -177,14 +177,14 @@ MASK_CASES = ["no mask", "key padding", "causal", "key padding and causal"]
 def masks_for(case: str, n: int, m: int):
     """The book's mask (True = may attend) and the keyword arguments nn.MultiheadAttention needs (True = blocked)."""
     padding = padding_mask([m, 3])          # (batch, 1, m)
-    causal = causal_mask(n) if n == m else torch.ones(n, m, dtype=torch.bool).tril()  # (n, m)
+    causal = (causal_mask(n) if n == m else torch.ones(n, m, dtype=torch.bool).tril())[None]  # (1, n, m)
     if case == "no mask":
         return None, {}
     if case == "key padding":
         return padding, {"key_padding_mask": ~padding[:, 0]}
     if case == "causal":
-        return causal, {"attn_mask": ~causal}
-    return padding & causal, {"key_padding_mask": ~padding[:, 0], "attn_mask": ~causal}
+        return causal, {"attn_mask": ~causal[0]}
+    return padding & causal, {"key_padding_mask": ~padding[:, 0], "attn_mask": ~causal[0]}
 
 
 @pytest.mark.parametrize("case", MASK_CASES)
@@ -255,8 +255,8 @@ def test_load_torch_weights_refuses_a_different_module(theirs, message):
 def test_fully_blocked_query_gets_zero_weights_and_the_output_bias(bias):
     module = MultiHeadAttention(D_MODEL, HEADS, bias=bias)
     x = torch.randn(BATCH, N, D_MODEL)
-    mask = torch.ones(N, N, dtype=torch.bool)
-    mask[2] = False
+    mask = torch.ones(1, N, N, dtype=torch.bool)
+    mask[:, 2] = False
     output, weights = module(x, x, x, mask=mask)
     assert (weights[:, :, 2] == 0).all()
     expected = module.w_o.bias if bias else torch.zeros(D_MODEL)
@@ -277,8 +277,8 @@ def test_empty_sequence_in_a_batch_gives_the_output_bias():
 def test_gradients_stay_finite_with_a_fully_blocked_query():
     module = MultiHeadAttention(D_MODEL, HEADS)
     x = torch.randn(BATCH, N, D_MODEL, requires_grad=True)
-    mask = torch.ones(N, N, dtype=torch.bool)
-    mask[0] = False
+    mask = torch.ones(1, N, N, dtype=torch.bool)
+    mask[:, 0] = False
     module(x, x, x, mask=mask)[0].sum().backward()
     assert torch.isfinite(x.grad).all()
     assert all(torch.isfinite(p.grad).all() for p in module.parameters())
@@ -291,9 +291,9 @@ def test_gradients_stay_finite_with_a_fully_blocked_query():
     [
         (10, 3, r"d_model=10 is not divisible by num_heads=3"),
         (512, 6, r"d_model=512 is not divisible by num_heads=6"),
-        (0, 2, r"must be positive, got d_model=0, num_heads=2"),
-        (8, -2, r"must be positive, got d_model=8, num_heads=-2"),
-        (8.0, 2, r"must be integers, got d_model=8.0"),
+        (0, 2, r"d_model must be a positive integer, got d_model=0"),
+        (8, -2, r"num_heads must be a positive integer, got num_heads=-2"),
+        (8.0, 2, r"d_model must be a positive integer, got d_model=8.0"),
     ],
 )
 def test_constructor_errors(d_model, num_heads, message):
@@ -325,8 +325,8 @@ def test_mask_of_the_wrong_dtype_raises(bad_mask):
 
 @pytest.mark.parametrize(
     "bad_shape",
-    [(N, N + 1), (3, N, N), (BATCH, 1, 1, N), (BATCH, HEADS, N, N), (N + 1,)],
-    ids=["wrong m", "wrong batch", "padding with a head dim", "per-head mask", "wrong 1-D"],
+    [(1, N, N + 1), (3, N, N), (BATCH, 1, 1, N), (BATCH, HEADS, N, N)],
+    ids=["wrong m", "wrong batch", "padding with a head dim", "per-head mask"],
 )
 def test_mask_of_the_wrong_shape_raises(bad_shape):
     module = MultiHeadAttention(D_MODEL, HEADS)
@@ -337,7 +337,28 @@ def test_mask_of_the_wrong_shape_raises(bad_shape):
         module(x, x, x, mask=torch.ones(bad_shape, dtype=torch.bool))
 
 
-@pytest.mark.parametrize("good_shape", [(N, N), (BATCH, 1, N), (1, N, N), (BATCH, N, N), (N,), ()])
+@pytest.mark.parametrize("bad_shape", [(N, N), (BATCH, N), (N,), ()], ids=["2-D pattern", "2-D keys", "1-D", "0-D"])
+def test_masks_of_fewer_than_three_dimensions_raise(bad_shape):
+    module = MultiHeadAttention(D_MODEL, HEADS)
+    x = torch.randn(BATCH, N, D_MODEL)
+    with pytest.raises(ValueError, match=r"mask must have 3 dimensions .*ambiguous"):
+        module(x, x, x, mask=torch.ones(bad_shape, dtype=torch.bool))
+
+
+def test_a_pytorch_style_key_padding_mask_is_refused_not_misread():
+    # PyTorch's key_padding_mask is (batch, m); with batch == n it has the shape of an (n, m)
+    # pattern. Broadcast as one, row b would mask query b's keys in every sequence: sequence 0,
+    # which has no padding, lost keys 2 and 3. It must raise instead.
+    module = MultiHeadAttention(8, 2)
+    x = torch.randn(4, 4, 8)
+    key_padding = torch.tensor([[True] * 4, [True, True, False, False], [True] * 3 + [False], [True] * 4])
+    with pytest.raises(ValueError, match=r"ambiguous"):
+        module(x, x, x, mask=key_padding)
+    output, weights = module(x, x, x, mask=key_padding[:, None])  # the unambiguous spelling
+    assert (weights[0] > 0).all() and (weights[1, :, :, 2:] == 0).all()
+
+
+@pytest.mark.parametrize("good_shape", [(BATCH, 1, N), (1, N, N), (BATCH, N, N), (1, 1, N), (1, 1, 1)])
 def test_masks_that_broadcast_are_accepted(good_shape):
     module = MultiHeadAttention(D_MODEL, HEADS)
     x = torch.randn(BATCH, N, D_MODEL)

@@ -73,12 +73,12 @@ def test_parameter_count():
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        ({"d_model": 0}, r"d_model must be a positive integer, got 0"),
-        ({"d_model": -3}, r"d_model must be a positive integer, got -3"),
-        ({"d_model": 8.0}, r"d_model must be a positive integer, got 8.0"),
-        ({"d_model": True}, r"d_model must be a positive integer, got True"),
-        ({"d_model": 8, "d_k": 0}, r"d_k must be a positive integer, got 0"),
-        ({"d_model": 8, "d_v": "4"}, r"d_v must be a positive integer, got '4'"),
+        ({"d_model": 0}, r"d_model must be a positive integer, got d_model=0"),
+        ({"d_model": -3}, r"d_model must be a positive integer, got d_model=-3"),
+        ({"d_model": 8.0}, r"d_model must be a positive integer, got d_model=8.0"),
+        ({"d_model": True}, r"d_model must be a positive integer, got d_model=True"),
+        ({"d_model": 8, "d_k": 0}, r"d_k must be a positive integer, got d_k=0"),
+        ({"d_model": 8, "d_v": "4"}, r"d_v must be a positive integer, got d_v='4'"),
     ],
 )
 def test_bad_sizes_raise_value_error_naming_the_argument(arguments, message):

@@ -36,10 +36,9 @@ from built_site import CHAPTERS, NOTEBOOKS, PAGES, REDIRECT, Page, page_id
 from chapters import ROOT
 
 if TYPE_CHECKING:
+    from conftest import BookBuild
     from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Request, Response, Route, ViewportSize
     from playwright.sync_api import Page as Tab
-
-    from conftest import BookBuild
 
 pytestmark = [pytest.mark.build, pytest.mark.browser]
 

@@ -10,6 +10,8 @@ import jupytext
 import pytest
 
 import export
+import invalidate_cache
+import reading_time
 import sync_twins
 from chapters import ROOT, colab_bootstrap, toc_chapters, toc_files
 
@@ -29,17 +31,41 @@ def test_every_chapter_in_the_book_folder_is_in_the_toc() -> None:
 def test_package_equals_a_fresh_export_of_the_chapters() -> None:
     expected = export.expected_modules()
     for path, text in expected.items():
-        assert path.exists(), f"{path.name} is not exported: run python scripts/export.py"
-        assert path.read_text() == text, f"{path.name} differs from its chapter: run python scripts/export.py"
+        assert path.exists(), f"{path.name} is not exported: run make sync"
+        assert path.read_text() == text, f"{path.name} differs from its chapter: run make sync"
     orphans = [path.name for path in export.generated_modules() if path not in expected]
     assert not orphans, f"generated modules without a chapter: {orphans}"
+
+
+def test_a_chapters_cache_depends_on_every_module_it_reaches() -> None:
+    reached = invalidate_cache.reached_modules((ROOT / "book" / "decoding.md").read_text())
+    assert {"training", "translation", "full_model", "multi_head_attention", "helpers"} <= reached
+    assert "training" not in invalidate_cache.reached_modules((ROOT / "book" / "preface.md").read_text())
+
+
+def test_readme_shows_the_current_reading_times() -> None:
+    assert reading_time.main(["--check"]) == 0, "README.md's reading-time table is stale: run make sync"
+
+
+def test_reading_time_counts_prose_and_visible_code_only() -> None:
+    assert reading_time.prose_words("Attention is all you need.\n:alt: not read\n```{note}\n```") == 5
+    assert reading_time.prose_words("See {doc}`preface` and {glue:text}`sdp_ratio:.0f`.") == 4
+
+
+def test_export_recognises_a_hand_edited_module(tmp_path: Path) -> None:
+    path, text = next(iter(export.expected_modules().items()))
+    module = tmp_path / path.name
+    module.write_text(text)
+    assert not export.edited_by_hand(module)
+    module.write_text(text.replace("\n\n\n", "\n\n\n# a fix made in src/ instead of the chapter\n", 1))
+    assert export.edited_by_hand(module)
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=ids)
 def test_colab_twin_is_in_sync_and_has_no_outputs(chapter: Path) -> None:
     twin = chapter.with_suffix(".ipynb")
-    assert twin.exists(), f"{twin.name} is missing: run python scripts/sync_twins.py"
-    assert twin.read_text() == sync_twins.twin_text(chapter), f"{twin.name} is stale: run python scripts/sync_twins.py"
+    assert twin.exists(), f"{twin.name} is missing: run make sync"
+    assert twin.read_text() == sync_twins.twin_text(chapter), f"{twin.name} is stale: run make sync"
     cells = json.loads(twin.read_text())["cells"]
     with_outputs = [index for index, cell in enumerate(cells) if cell.get("outputs") or cell.get("execution_count")]
     assert not with_outputs, f"{twin.name} carries outputs in cells {with_outputs}"

@@ -21,6 +21,7 @@ from transformer_book.training import (
     Batch,
     LabelSmoothingLoss,
     TrainingHistory,
+    average_weights,
     check_decoding_inputs,
     exact_match,
     greedy_decode,
@@ -31,7 +32,6 @@ from transformer_book.training import (
     save_checkpoint,
     smoothed_targets,
     strip_after_end,
-    average_weights,
     train,
     transformer_learning_rate,
     weights_of,
@@ -404,38 +404,38 @@ class ScriptedModel(nn.Module):
 def test_greedy_decode_stops_when_every_row_has_ended() -> None:
     model = ScriptedModel([[3, 4, 5], [6], []])
     source = torch.ones(3, 2, dtype=torch.long)
-    assert greedy_decode(model, source, max_len=10) == [[3, 4, 5], [6], []]  # type: ignore[arg-type]
+    assert greedy_decode(model, source, max_new_tokens=10) == [[3, 4, 5], [6], []]  # type: ignore[arg-type]
     assert model.decode_calls == 4                                 # three symbols, then END in every row
-    assert greedy_decode(model, source, max_len=2) == [[3, 4], [6], []]  # type: ignore[arg-type]
-    assert greedy_decode(model, source, max_len=5, end_id=None) == [  # type: ignore[arg-type]
+    assert greedy_decode(model, source, max_new_tokens=2) == [[3, 4], [6], []]  # type: ignore[arg-type]
+    assert greedy_decode(model, source, max_new_tokens=5, end_id=None) == [  # type: ignore[arg-type]
         [3, 4, 5, END_ID, END_ID], [6, END_ID, END_ID, END_ID, END_ID], [END_ID] * 5]
 
 
 def test_greedy_decode_takes_the_argmax_of_the_full_model_at_every_step() -> None:
     model = tiny_model().eval()
     batch = make_batch(SOURCES, SOURCES)
-    decoded = greedy_decode(model, batch.source, batch.source_mask, max_len=6, end_id=None)
+    decoded = greedy_decode(model, batch.source, batch.source_mask, max_new_tokens=6, end_id=None)
     prefix = torch.full((3, 1), START_ID)
     with torch.no_grad():
         for _ in range(6):
-            logits = model(batch.source, prefix, batch.source_mask, causal_mask(prefix.shape[1]))
+            logits = model(batch.source, prefix, batch.source_mask, causal_mask(prefix.shape[1])[None])
             prefix = torch.cat([prefix, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
     assert decoded == prefix[:, 1:].tolist()
 
 
-@pytest.mark.parametrize(("source", "max_len", "message"), [
+@pytest.mark.parametrize(("source", "max_new_tokens", "message"), [
     (torch.ones(4, dtype=torch.long), 5, r"source must be a \(batch, n\) tensor of token ids, got shape \(4,\)"),
     (torch.ones(0, 3, dtype=torch.long), 5, r"got shape \(0, 3\)"),
     (torch.ones(2, 0, dtype=torch.long), 5, "the source is empty: it needs at least one token"),
-    (torch.ones(2, 3, dtype=torch.long), 0, "max_len must be a positive integer, got max_len=0"),
-    (torch.ones(2, 3, dtype=torch.long), 2.0, "max_len must be a positive integer, got max_len=2.0"),
-    (torch.ones(2, 3, dtype=torch.long), True, "max_len must be a positive integer, got max_len=True"),
+    (torch.ones(2, 3, dtype=torch.long), 0, "max_new_tokens must be a positive integer, got max_new_tokens=0"),
+    (torch.ones(2, 3, dtype=torch.long), 2.0, "max_new_tokens must be a positive integer, got max_new_tokens=2.0"),
+    (torch.ones(2, 3, dtype=torch.long), True, "max_new_tokens must be a positive integer, got max_new_tokens=True"),
 ])
-def test_decoding_inputs_are_checked(source: Tensor, max_len: int, message: str) -> None:
+def test_decoding_inputs_are_checked(source: Tensor, max_new_tokens: int, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        check_decoding_inputs(source, max_len)
+        check_decoding_inputs(source, max_new_tokens)
     with pytest.raises(ValueError, match=message):
-        greedy_decode(tiny_model(), source, max_len=max_len)
+        greedy_decode(tiny_model(), source, max_new_tokens=max_new_tokens)
 
 
 def test_strip_after_end_cuts_at_the_first_end_token() -> None:
@@ -454,5 +454,3 @@ def test_exact_match_counts_whole_sequences() -> None:
         exact_match([], [])
 
 
-def test_special_ids_are_the_books() -> None:
-    assert (PAD_ID, START_ID, END_ID) == (0, 1, 2) and math.isclose(LabelSmoothingLoss().smoothing, 0.1)

@@ -1,0 +1,73 @@
+"""Forget the cached execution of each chapter whose package code changed, and only of those.
+
+myst-nb's execution cache (jupyter-cache) re-runs a chapter when its own code cells change. It
+cannot see the package the chapter imports: edit ``decoding``'s export cells, and the translation
+chapter, which does not import ``decoding``, may keep its cache, but the decoding chapter must
+not. This script follows each chapter's ``transformer_book`` imports through the package, hashes
+the modules it reaches, and removes the cached run of every chapter whose hash changed since the
+last build. ``make book`` runs it before building::
+
+    python scripts/invalidate_cache.py
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from pathlib import Path
+
+from chapters import BOOK, ROOT, is_notebook
+
+PACKAGE = ROOT / "src" / "transformer_book"
+CACHE = ROOT / "_build" / ".jupyter_cache"
+FINGERPRINTS = ROOT / "_build" / ".package-fingerprints.json"
+IMPORT = re.compile(r"^\s*(?:from|import)\s+transformer_book(?:\.(\w+))?\b", re.MULTILINE)
+
+
+def imported_modules(text: str) -> set[str]:
+    """Package modules named by the imports in text; ``from transformer_book import …`` is __init__."""
+    return {match.group(1) or "__init__" for match in IMPORT.finditer(text)}
+
+
+def reached_modules(text: str) -> set[str]:
+    """The modules text imports, and the modules those import, through the whole package."""
+    reached: set[str] = set()
+    pending = list(imported_modules(text))
+    while pending:
+        name = pending.pop()
+        path = PACKAGE / f"{name}.py"
+        if name in reached or not path.exists():
+            continue
+        reached.add(name)
+        pending.extend(imported_modules(path.read_text()))
+    return reached
+
+
+def fingerprint(chapter: Path) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(reached_modules(chapter.read_text())):
+        digest.update(name.encode() + b"\0" + (PACKAGE / f"{name}.py").read_bytes())
+    return digest.hexdigest()
+
+
+def main() -> int:
+    current = {chapter.stem: fingerprint(chapter) for chapter in sorted(BOOK.glob("*.md")) if is_notebook(chapter)}
+    previous = json.loads(FINGERPRINTS.read_text()) if FINGERPRINTS.exists() else {}
+    changed = {stem for stem, value in current.items() if previous.get(stem) != value}
+    if CACHE.exists() and changed:
+        from jupyter_cache import get_cache
+
+        cache = get_cache(CACHE)
+        for record in cache.list_cache_records():
+            if Path(record.uri).stem in changed:
+                cache.remove_cache(record.pk)
+                print(f"the package code {Path(record.uri).name} imports changed: its cached run is forgotten")
+    FINGERPRINTS.parent.mkdir(parents=True, exist_ok=True)
+    FINGERPRINTS.write_text(json.dumps(current, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

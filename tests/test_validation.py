@@ -1,0 +1,88 @@
+"""One rule for sizes everywhere (transformer_book.validation): integers, Python's or NumPy's, pass;
+bools, floats and strings do not; every error names the argument."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from torch import nn
+
+from transformer_book.block_anatomy import PositionwiseFeedForward, SublayerConnection
+from transformer_book.encoder import EncoderLayer
+from transformer_book.full_model import make_transformer
+from transformer_book.multi_head_attention import MultiHeadAttention
+from transformer_book.positional_encoding import PositionalEncoding
+from transformer_book.self_attention import SelfAttention
+from transformer_book.training import transformer_learning_rate
+from transformer_book.validation import integer, positive_int, probability
+
+
+@pytest.mark.parametrize("value", [3, np.int64(3), np.int32(3), np.uint8(3)])
+def test_integers_of_every_kind_are_sizes(value: object) -> None:
+    assert positive_int(value, "n") == 3 and type(positive_int(value, "n")) is int
+    assert integer(value, "n", minimum=3) == 3
+
+
+@pytest.mark.parametrize("value", [True, False, 2.0, 2.5, "4", None, np.float64(2.0)])
+def test_bools_floats_and_strings_are_not_sizes(value: object) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"n must be a positive integer, got n={value!r}")):
+        positive_int(value, "n")
+    with pytest.raises(ValueError, match=re.escape(f"n must be an integer, got n={value!r}")):
+        integer(value, "n")
+
+
+@pytest.mark.parametrize("value", [0, -1, np.int64(-7)])
+def test_sizes_start_at_one(value: object) -> None:
+    with pytest.raises(ValueError, match="n must be a positive integer"):
+        positive_int(value, "n")
+
+
+def test_integer_checks_its_minimum() -> None:
+    assert integer(-2, "offset") == -2
+    with pytest.raises(ValueError, match="max_len must be at least 1, got max_len=0"):
+        integer(0, "max_len", minimum=1)
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.0, float("nan"), True])
+def test_a_rate_is_a_probability_below_one(value: float) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"dropout must be a probability in [0, 1), got dropout={value}")):
+        probability(value)
+    assert probability(0) == 0.0 and probability(0.1) == 0.1
+
+
+# The rule reaches every constructor: a bool is refused where it used to mean 1 (or crash nn.Linear),
+# a NumPy integer is accepted where it used to be refused.
+BUILDERS = {
+    "MultiHeadAttention": lambda size: MultiHeadAttention(size, 2),
+    "MultiHeadAttention heads": lambda size: MultiHeadAttention(8, size),
+    "SelfAttention": lambda size: SelfAttention(size),
+    "PositionwiseFeedForward": lambda size: PositionwiseFeedForward(8, size),
+    "EncoderLayer": lambda size: EncoderLayer(8, 2, size),
+    "PositionalEncoding": lambda size: PositionalEncoding(8, size),
+    "make_transformer": lambda size: make_transformer(10, 10, d_model=8, num_heads=2, num_layers=size, d_ff=16),
+    "transformer_learning_rate": lambda size: transformer_learning_rate(size, d_model=8, warmup=4),
+}
+
+
+@pytest.mark.parametrize("name", BUILDERS)
+def test_every_constructor_refuses_a_bool_size(name: str) -> None:
+    with pytest.raises(ValueError, match="must be .*integer, got .*=True"):
+        BUILDERS[name](True)
+
+
+@pytest.mark.parametrize("name", BUILDERS)
+def test_every_constructor_accepts_a_numpy_size(name: str) -> None:
+    built = BUILDERS[name](np.int64(2))
+    assert isinstance(built, (nn.Module, float))
+
+
+def test_multi_head_attention_stores_plain_ints() -> None:
+    module = MultiHeadAttention(np.int64(8), np.int64(2))
+    assert type(module.d_model) is int and type(module.num_heads) is int and module.d_head == 4
+
+
+def test_a_rate_is_checked_by_every_layer_with_dropout() -> None:
+    with pytest.raises(ValueError, match="dropout must be a probability"):
+        SublayerConnection(8, dropout=True)  # type: ignore[arg-type]
