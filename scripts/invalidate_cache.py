@@ -4,8 +4,9 @@ myst-nb's execution cache (jupyter-cache) re-runs a chapter when its own code ce
 cannot see the package the chapter imports: edit ``decoding``'s export cells, and the translation
 chapter, which does not import ``decoding``, may keep its cache, but the decoding chapter must
 not. This script follows each chapter's ``transformer_book`` imports through the package, hashes
-the modules it reaches, and removes the cached run of every chapter whose hash changed since the
-last build. ``make book`` runs it before building::
+the modules it reaches, and for every chapter whose hash changed since the last build removes its
+cached run and touches its source, since Sphinx re-reads (and so re-executes) only the pages whose
+source is newer than its last build. ``make book`` runs it before building::
 
     python scripts/invalidate_cache.py
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -23,6 +25,7 @@ from chapters import BOOK, ROOT, is_notebook
 PACKAGE = ROOT / "src" / "transformer_book"
 CACHE = ROOT / "_build" / ".jupyter_cache"
 FINGERPRINTS = ROOT / "_build" / ".package-fingerprints.json"
+SYNC_STAMP = ROOT / "_build" / ".sync-stamp"
 IMPORT = re.compile(r"^\s*(?:from|import)\s+transformer_book(?:\.(\w+))?\b", re.MULTILINE)
 
 
@@ -53,9 +56,11 @@ def fingerprint(chapter: Path) -> str:
 
 
 def main() -> int:
-    current = {chapter.stem: fingerprint(chapter) for chapter in sorted(BOOK.glob("*.md")) if is_notebook(chapter)}
+    chapters = {chapter.stem: chapter for chapter in sorted(BOOK.glob("*.md")) if is_notebook(chapter)}
+    current = {stem: fingerprint(chapter) for stem, chapter in chapters.items()}
     previous = json.loads(FINGERPRINTS.read_text()) if FINGERPRINTS.exists() else {}
-    changed = {stem for stem, value in current.items() if previous.get(stem) != value}
+    # On the first build there is nothing to forget: every page is read and executed anyway.
+    changed = {stem for stem, value in current.items() if stem in previous and previous[stem] != value}
     if CACHE.exists() and changed:
         from jupyter_cache import get_cache
 
@@ -63,7 +68,11 @@ def main() -> int:
         for record in cache.list_cache_records():
             if Path(record.uri).stem in changed:
                 cache.remove_cache(record.pk)
-                print(f"the package code {Path(record.uri).name} imports changed: its cached run is forgotten")
+    for stem in sorted(changed):
+        os.utime(chapters[stem])  # newer than the last build: Sphinx reads and executes it again
+        print(f"the package code {chapters[stem].name} imports changed: it will run again")
+    if changed and SYNC_STAMP.exists():
+        os.utime(SYNC_STAMP)  # the touched chapters have not changed: no need to export them again
     FINGERPRINTS.parent.mkdir(parents=True, exist_ok=True)
     FINGERPRINTS.write_text(json.dumps(current, indent=1, sort_keys=True) + "\n")
     return 0
