@@ -13,12 +13,7 @@ import operator
 
 def integer(value: object, name: str, *, minimum: int | None = None) -> int:
     """Return value as an int; raise ValueError naming the argument unless it is an integer >= minimum."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer, got {name}={value!r}")
-    try:
-        number = operator.index(value)  # type: ignore[arg-type]  # any object: index() says if it fits
-    except TypeError:
-        raise ValueError(f"{name} must be an integer, got {name}={value!r}") from None
+    number = _as_int(value, name, "an integer")
     if minimum is not None and number < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {name}={number}")
     return number
@@ -26,15 +21,20 @@ def integer(value: object, name: str, *, minimum: int | None = None) -> int:
 
 def positive_int(value: object, name: str) -> int:
     """Return value as an int; raise ValueError naming the argument unless it is an integer >= 1."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a positive integer, got {name}={value!r}")
-    try:
-        number = operator.index(value)  # type: ignore[arg-type]  # any object: index() says if it fits
-    except TypeError:
-        raise ValueError(f"{name} must be a positive integer, got {name}={value!r}") from None
+    number = _as_int(value, name, "a positive integer")
     if number < 1:
         raise ValueError(f"{name} must be a positive integer, got {name}={number}")
     return number
+
+
+def _as_int(value: object, name: str, what: str) -> int:
+    """value as an int if it is an integer (Python's or NumPy's) and not a bool; else ValueError."""
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)  # type: ignore[arg-type]  # any object: index() says if it fits
+        except TypeError:
+            pass
+    raise ValueError(f"{name} must be {what}, got {name}={value!r}")
 
 
 def probability(value: float, name: str = "dropout") -> float:
