@@ -44,6 +44,11 @@ def is_notebook(page: Path) -> bool:
     return page.is_file() and page.read_text().startswith("---\njupytext:")
 
 
+def book_chapters() -> list[Path]:
+    """The executable chapters in book/, whether or not _toc.yml lists them yet, sorted by name."""
+    return [page for page in sorted(BOOK.glob("*.md")) if is_notebook(page)]
+
+
 def toc_chapters() -> list[Path]:
     """The executable chapters of ``_toc.yml``, in reading order."""
     return [page for page in toc_files() if is_notebook(page)]

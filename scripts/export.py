@@ -21,7 +21,7 @@ from pathlib import Path
 
 import jupytext
 
-from chapters import BOOK, ROOT, is_notebook, write_or_check
+from chapters import ROOT, book_chapters, write_or_check
 
 PACKAGE = ROOT / "src" / "transformer_book"
 HEADER = (
@@ -69,9 +69,7 @@ def exported_source(chapter: Path) -> str | None:
 
 def expected_modules() -> dict[Path, str]:
     modules = {}
-    for chapter in sorted(BOOK.glob("*.md")):
-        if not is_notebook(chapter):  # a plain page (glossary, worksheet) exports nothing
-            continue
+    for chapter in book_chapters():  # plain pages (glossary, worksheet) export nothing
         source = exported_source(chapter)
         if source is not None:
             modules[PACKAGE / module_name(chapter)] = source
@@ -93,7 +91,7 @@ def main() -> int:
     if not args.check:
         edited = [path for path in generated_modules() if edited_by_hand(path)]
         for path in edited:
-            chapter = path.read_text().splitlines()[0].split(" from ")[1].split(":")[0]
+            chapter = "book/" + path.stem.replace("_", "-") + ".md"  # the inverse of module_name
             print(f"{path.relative_to(ROOT)} was edited by hand: its text no longer matches the fingerprint "
                   f"in its header. Move the edit into the export cells of {chapter}, or undo it "
                   f"(git checkout {path.relative_to(ROOT)}), then run make sync again.", file=sys.stderr)

@@ -20,7 +20,7 @@ import re
 import sys
 from pathlib import Path
 
-from chapters import BOOK, ROOT, is_notebook
+from chapters import ROOT, book_chapters
 
 PACKAGE = ROOT / "src" / "transformer_book"
 CACHE = ROOT / "_build" / ".jupyter_cache"
@@ -56,7 +56,7 @@ def fingerprint(chapter: Path) -> str:
 
 
 def main() -> int:
-    chapters = {chapter.stem: chapter for chapter in sorted(BOOK.glob("*.md")) if is_notebook(chapter)}
+    chapters = {chapter.stem: chapter for chapter in book_chapters()}
     current = {stem: fingerprint(chapter) for stem, chapter in chapters.items()}
     previous = json.loads(FINGERPRINTS.read_text()) if FINGERPRINTS.exists() else {}
     # On the first build there is nothing to forget: every page is read and executed anyway.

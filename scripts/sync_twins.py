@@ -15,12 +15,12 @@ from pathlib import Path
 
 import jupytext
 
-from chapters import BOOK, is_notebook, write_or_check
+from chapters import BOOK, book_chapters, write_or_check
 
 
 def chapters() -> list[Path]:
     """The executable chapters in book/, whether or not _toc.yml lists them yet."""
-    return [path for path in sorted(BOOK.glob("*.md")) if is_notebook(path)]
+    return book_chapters()
 
 
 def twin_text(chapter: Path) -> str:
