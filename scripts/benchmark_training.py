@@ -20,9 +20,10 @@ import torch
 from torch import Tensor, nn
 
 from transformer_book import device, seed_everything
+from transformer_book.batching import Batch, make_batch
 from transformer_book.full_model import TokenEmbedding, make_transformer
+from transformer_book.label_smoothing import LabelSmoothingLoss
 from transformer_book.positional_encoding import PositionalEncoding
-from transformer_book.training import Batch, LabelSmoothingLoss, make_batch
 
 
 class TorchTransformer(nn.Module):

@@ -11,6 +11,7 @@ import itertools
 import pytest
 import torch
 
+from transformer_book.batching import END_ID, START_ID, make_batch, pad_sequences
 from transformer_book.decoding import (
     IncrementalDecoder,
     beam_search,
@@ -22,7 +23,6 @@ from transformer_book.decoding import (
 )
 from transformer_book.full_model import Transformer, make_transformer
 from transformer_book.scaled_dot_product import padding_mask
-from transformer_book.training import END_ID, START_ID, make_batch, pad_sequences
 
 VOCAB = 11
 

@@ -9,31 +9,28 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_book.full_model import Transformer, make_transformer
-from transformer_book.scaled_dot_product import causal_mask
-from transformer_book.training import (
+from transformer_book.batching import (
     END_ID,
-    PAD_ID,
     START_ID,
     Batch,
-    LabelSmoothingLoss,
+    make_batch,
+)
+from transformer_book.full_model import Transformer, make_transformer
+from transformer_book.label_smoothing import LabelSmoothingLoss
+from transformer_book.learning_rate import make_optimizer, transformer_learning_rate
+from transformer_book.scaled_dot_product import causal_mask
+from transformer_book.training import (
     TrainingHistory,
     average_weights,
     check_decoding_inputs,
     exact_match,
     greedy_decode,
     load_checkpoint,
-    make_batch,
-    make_optimizer,
-    pad_sequences,
     save_checkpoint,
-    smoothed_targets,
     strip_after_end,
     train,
-    transformer_learning_rate,
     weights_of,
     with_checkpoints,
 )
@@ -56,153 +53,13 @@ def copy_batches(seed: int = 0, batch_size: int = 16) -> Iterator[Batch]:
         yield make_batch(sequences, sequences)
 
 
-# --- pad_sequences and make_batch --------------------------------------------------------------
-
-def test_pad_sequences_pads_at_the_end_and_returns_the_lengths() -> None:
-    ids, lengths = pad_sequences(SOURCES)
-    assert ids.tolist() == [[3, 4, 5, 6], [7, 8, 0, 0], [5, 0, 0, 0]]
-    assert lengths.tolist() == [4, 2, 1] and ids.dtype == lengths.dtype == torch.long
-    assert pad_sequences(SOURCES, pad_id=-1)[0][2].tolist() == [5, -1, -1, -1]
-
-
-def test_pad_sequences_rejects_no_sequences_and_empty_ones() -> None:
-    with pytest.raises(ValueError, match="a batch needs at least one sequence, got none"):
-        pad_sequences([])
-    with pytest.raises(ValueError, match="sequence 1 of the batch is empty"):
-        pad_sequences([[3], [], [4]])
-
-
-def test_make_batch_shapes_and_teacher_forcing() -> None:
-    batch = make_batch(SOURCES, [[4, 3], [8, 7, 6], [5]])
-    assert batch.source.shape == (3, 4) and batch.source_mask.shape == (3, 1, 4)
-    assert batch.target_input.tolist() == [[START_ID, 4, 3, PAD_ID], [START_ID, 8, 7, 6], [START_ID, 5, PAD_ID, PAD_ID]]
-    assert batch.target_output.tolist() == [[4, 3, END_ID, PAD_ID], [8, 7, 6, END_ID], [5, END_ID, PAD_ID, PAD_ID]]
-    assert batch.target_mask.shape == (3, 4, 4)
-    assert batch.num_target_tokens == 3 + 4 + 2 == int((batch.target_output != PAD_ID).sum())
-
-
-def test_make_batch_masks_hide_padding_and_the_future() -> None:
-    batch = make_batch(SOURCES, SOURCES)
-    assert batch.source_mask[:, 0].tolist() == [[True] * 4, [True, True, False, False], [True, False, False, False]]
-    target_lengths = [5, 3, 2]
-    for row, length in enumerate(target_lengths):
-        mask = batch.target_mask[row]
-        assert not mask.triu(diagonal=1).any()                    # causal: no query sees a later key
-        assert not mask[:, length:].any()                         # no query sees padding
-        assert torch.equal(mask[:length, :length], causal_mask(length))
-        assert mask.any(dim=-1).all()                             # no row is fully masked
-    assert batch.source_mask.dtype == batch.target_mask.dtype == torch.bool
-
-
-def test_make_batch_rejects_mismatched_lists() -> None:
-    with pytest.raises(ValueError, match="every source needs a target, got 3 sources and 2 targets"):
-        make_batch(SOURCES, SOURCES[:2])
-    with pytest.raises(ValueError, match="a batch needs at least one sequence"):
-        make_batch([], [])
-
-
-# --- the learning-rate schedule and the optimizer ----------------------------------------------
-
-def test_schedule_peaks_at_warmup_with_the_papers_value() -> None:
-    rates = [transformer_learning_rate(step, 512, 4000) for step in range(1, 12_001)]
-    assert rates.index(max(rates)) + 1 == 4000
-    assert max(rates) == pytest.approx(6.987e-4, abs=1e-7)
-    assert max(rates) == pytest.approx((512 * 4000) ** -0.5, rel=1e-12)
-
-
-def test_schedule_is_linear_then_inverse_square_root() -> None:
-    first = transformer_learning_rate(1, 512, 4000)
-    assert first == pytest.approx(512**-0.5 * 4000**-1.5, rel=1e-12)
-    assert transformer_learning_rate(1000, 512, 4000) == pytest.approx(1000 * first, rel=1e-12)
-    assert transformer_learning_rate(16_000, 512, 4000) == pytest.approx(transformer_learning_rate(4000, 512, 4000) / 2)
-    assert transformer_learning_rate(100, 64, 10, factor=0.5) == pytest.approx(0.5 * transformer_learning_rate(100, 64, 10))
-
-
-@pytest.mark.parametrize(("arguments", "message"), [
-    ({"step": 0}, "step must be a positive integer, got step=0"),
-    ({"step": 2.0}, "step must be a positive integer, got step=2.0"),
-    ({"step": True}, "step must be a positive integer, got step=True"),
-    ({"d_model": 0}, "d_model must be a positive integer, got d_model=0"),
-    ({"warmup": -5}, "warmup must be a positive integer, got warmup=-5"),
-    ({"factor": 0.0}, "factor must be positive, got factor=0.0"),
-    ({"factor": float("nan")}, "factor must be positive, got factor=nan"),
-])
-def test_schedule_rejects_bad_arguments(arguments: dict[str, object], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        transformer_learning_rate(**{"step": 10, "d_model": 512, "warmup": 4000, **arguments})  # type: ignore[arg-type]
-
-
-def test_make_optimizer_is_adam_with_the_papers_settings_following_the_schedule() -> None:
-    model = nn.Linear(3, 3)
-    optimizer, scheduler = make_optimizer(model, d_model=64, warmup=10, factor=2.0)
-    assert isinstance(optimizer, torch.optim.Adam)
-    assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
-    for step in range(1, 25):
-        assert optimizer.param_groups[0]["lr"] == pytest.approx(transformer_learning_rate(step, 64, 10, 2.0), rel=1e-12)
-        optimizer.step()
-        scheduler.step()
-
-
-# --- label smoothing ---------------------------------------------------------------------------
-
-def test_smoothed_targets_follow_the_formula_and_sum_to_one() -> None:
-    targets = torch.tensor([[2, 0, 5], [1, 1, 3]])
-    smoothed = smoothed_targets(targets, vocab_size=6, smoothing=0.1)
-    assert smoothed.shape == (2, 3, 6)
-    expected = 0.9 * F.one_hot(targets, 6).float() + 0.1 / 6
-    assert torch.allclose(smoothed, expected) and torch.allclose(smoothed.sum(-1), torch.ones(2, 3))
-    assert smoothed_targets(torch.tensor(2), 4, 0.1).tolist() == pytest.approx([0.025, 0.025, 0.925, 0.025])
-    assert torch.equal(smoothed_targets(targets, 6, 0.0), F.one_hot(targets, 6).float())
-
-
-def test_smoothed_targets_reject_bad_smoothing_and_ids() -> None:
-    with pytest.raises(ValueError, match=r"smoothing must be in \[0, 1\), got smoothing=1.0"):
-        smoothed_targets(torch.tensor([1]), 4, 1.0)
-    with pytest.raises(ValueError, match=r"targets must be token ids in \[0, 4\), got values from 0 to 4"):
-        smoothed_targets(torch.tensor([0, 4]), 4, 0.1)
-    with pytest.raises(ValueError, match=r"got values from -1 to 2"):
-        smoothed_targets(torch.tensor([-1, 2]), 4, 0.1)
-
-
-@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
-def test_label_smoothing_loss_equals_pytorch_cross_entropy_with_padding(smoothing: float) -> None:
-    generator = torch.Generator().manual_seed(0)
-    targets = make_batch(SOURCES, SOURCES).target_output                  # (3, 5) with padding
-    logits = torch.randn(*targets.shape, VOCAB, generator=generator) * 3
-    ours = LabelSmoothingLoss(smoothing)(logits, targets)
-    theirs = F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1), ignore_index=PAD_ID,
-                             label_smoothing=smoothing)
-    assert ours.item() == pytest.approx(theirs.item(), abs=1e-6)
-    changed = logits.clone()
-    changed[targets == PAD_ID] = 50.0                                        # padding positions do not count
-    assert torch.equal(LabelSmoothingLoss(smoothing)(changed, targets), ours)
-
-
-def test_label_smoothing_loss_minimum_is_the_entropy_of_the_smoothed_target() -> None:
-    targets = torch.tensor([[3, 4, 5]])
-    smoothed = smoothed_targets(targets, VOCAB, 0.1)
-    entropy = -(smoothed[0, 0] * smoothed[0, 0].log()).sum()
-    at_minimum = LabelSmoothingLoss(0.1)(smoothed.log(), targets)
-    assert at_minimum.item() == pytest.approx(entropy.item(), abs=1e-6) and entropy.item() > 0.3
-    confident = LabelSmoothingLoss(0.1)(20 * F.one_hot(targets, VOCAB).float(), targets)
-    assert confident.item() > at_minimum.item() + 1.0
-
-
-def test_label_smoothing_loss_rejects_bad_inputs() -> None:
-    with pytest.raises(ValueError, match=r"smoothing must be in \[0, 1\), got smoothing=-0.1"):
-        LabelSmoothingLoss(-0.1)
-    with pytest.raises(ValueError, match=r"logits \(2, 3, 9\) must be targets \(2, 4\) plus a vocabulary dimension"):
-        LabelSmoothingLoss()(torch.zeros(2, 3, VOCAB), torch.ones(2, 4, dtype=torch.long))
-    with pytest.raises(ValueError, match="every target is padding"):
-        LabelSmoothingLoss()(torch.zeros(2, 3, VOCAB), torch.zeros(2, 3, dtype=torch.long))
-
-
 # --- the training loop -------------------------------------------------------------------------
+
 
 def test_train_lowers_the_loss_and_records_the_schedule() -> None:
     model = tiny_model()
     optimizer, scheduler = make_optimizer(model, d_model=16, warmup=10, factor=0.5)
-    batches = [next(copy_batches())] * 60                 # one batch, learned by heart
+    batches = [next(copy_batches())] * 60  # one batch, learned by heart
     history = train(model, batches, steps=60, optimizer=optimizer, scheduler=scheduler)
     assert isinstance(history, TrainingHistory) and not history.interrupted
     assert len(history.losses) == len(history.learning_rates) == 60
@@ -222,7 +79,7 @@ def test_train_stops_cleanly_on_keyboard_interrupt() -> None:
     history = train(model, interrupted_after(7), steps=50, optimizer=optimizer, scheduler=scheduler)
     assert history.interrupted and len(history.losses) == 7 and scheduler.last_epoch == 7
     batch = next(copy_batches(seed=1))
-    logits = model(batch.source, batch.target_input, batch.source_mask, batch.target_mask)   # still usable
+    logits = model(batch.source, batch.target_input, batch.source_mask, batch.target_mask)  # still usable
     assert torch.isfinite(logits).all()
 
 
@@ -265,16 +122,21 @@ def test_train_clips_the_gradient_norm_when_asked() -> None:
     batch = next(copy_batches())
     model = tiny_model()
     before = [p.detach().clone() for p in model.parameters()]
-    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)   # the step is minus the clipped gradient
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)  # the step is minus the clipped gradient
     history = train(model, [batch], steps=1, optimizer=optimizer, clip_norm=0.01)
-    assert history.gradient_norms[0] > 0.01                  # the norm before clipping is recorded
+    assert history.gradient_norms[0] > 0.01  # the norm before clipping is recorded
     step = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before)])
     assert step.norm().item() == pytest.approx(0.01, rel=1e-4)
     # A threshold above the norm changes nothing.
     unclipped, clipped_loosely = tiny_model(), tiny_model()
     train(unclipped, [batch], steps=1, optimizer=torch.optim.SGD(unclipped.parameters(), lr=1.0))
-    train(clipped_loosely, [batch], steps=1, optimizer=torch.optim.SGD(clipped_loosely.parameters(), lr=1.0),
-          clip_norm=1e6)
+    train(
+        clipped_loosely,
+        [batch],
+        steps=1,
+        optimizer=torch.optim.SGD(clipped_loosely.parameters(), lr=1.0),
+        clip_norm=1e6,
+    )
     for name, tensor in unclipped.state_dict().items():
         assert torch.allclose(tensor, clipped_loosely.state_dict()[name], rtol=0, atol=1e-7), name
 
@@ -288,6 +150,7 @@ def test_train_rejects_a_clip_norm_that_is_not_positive(clip_norm: float) -> Non
 
 
 # --- checkpoint averaging ----------------------------------------------------------------------
+
 
 def test_weights_of_is_a_copy_that_later_steps_leave_alone() -> None:
     model = tiny_model()
@@ -303,9 +166,10 @@ def test_with_checkpoints_copies_the_weights_every_few_steps() -> None:
     model = tiny_model()
     optimizer, scheduler = make_optimizer(model, d_model=16, warmup=4)
     store: list[dict[str, Tensor]] = []
-    train(model, with_checkpoints(batches, model, every=3, store=store), steps=7, optimizer=optimizer,
-          scheduler=scheduler)
-    assert len(store) == 2                                  # after steps 3 and 6
+    train(
+        model, with_checkpoints(batches, model, every=3, store=store), steps=7, optimizer=optimizer, scheduler=scheduler
+    )
+    assert len(store) == 2  # after steps 3 and 6
     # The copy after step 3 is the model trained on the first three batches alone.
     again = tiny_model()
     optimizer, scheduler = make_optimizer(again, d_model=16, warmup=4)
@@ -323,6 +187,7 @@ def test_average_weights_is_the_element_wise_mean() -> None:
 
 
 # --- checkpoints -------------------------------------------------------------------------------
+
 
 def test_checkpoint_round_trip_restores_model_optimizer_and_schedule(tmp_path: Path) -> None:
     model = tiny_model(seed=0)
@@ -376,6 +241,7 @@ def test_load_checkpoint_refuses_missing_optimizer_or_scheduler_state(tmp_path: 
 
 # --- decoding and scoring ----------------------------------------------------------------------
 
+
 class ScriptedModel(nn.Module):
     """Stands in for a Transformer: row r of the batch writes scripts[r], then END_ID forever."""
 
@@ -391,7 +257,7 @@ class ScriptedModel(nn.Module):
         self.decode_calls += 1
         rows = memory[:, :, 0].expand(-1, target_input.shape[1])
         written = torch.full_like(rows, float(target_input.shape[1] - 1))
-        return torch.stack([rows, written], dim=-1)                 # (batch, length, 2)
+        return torch.stack([rows, written], dim=-1)  # (batch, length, 2)
 
     def generator(self, hidden: Tensor) -> Tensor:
         logits = torch.zeros(hidden.shape[0], VOCAB)
@@ -405,10 +271,13 @@ def test_greedy_decode_stops_when_every_row_has_ended() -> None:
     model = ScriptedModel([[3, 4, 5], [6], []])
     source = torch.ones(3, 2, dtype=torch.long)
     assert greedy_decode(model, source, max_new_tokens=10) == [[3, 4, 5], [6], []]  # type: ignore[arg-type]
-    assert model.decode_calls == 4                                 # three symbols, then END in every row
+    assert model.decode_calls == 4  # three symbols, then END in every row
     assert greedy_decode(model, source, max_new_tokens=2) == [[3, 4], [6], []]  # type: ignore[arg-type]
     assert greedy_decode(model, source, max_new_tokens=5, end_id=None) == [  # type: ignore[arg-type]
-        [3, 4, 5, END_ID, END_ID], [6, END_ID, END_ID, END_ID, END_ID], [END_ID] * 5]
+        [3, 4, 5, END_ID, END_ID],
+        [6, END_ID, END_ID, END_ID, END_ID],
+        [END_ID] * 5,
+    ]
 
 
 def test_greedy_decode_takes_the_argmax_of_the_full_model_at_every_step() -> None:
@@ -423,14 +292,21 @@ def test_greedy_decode_takes_the_argmax_of_the_full_model_at_every_step() -> Non
     assert decoded == prefix[:, 1:].tolist()
 
 
-@pytest.mark.parametrize(("source", "max_new_tokens", "message"), [
-    (torch.ones(4, dtype=torch.long), 5, r"source must be a \(batch, n\) tensor of token ids, got shape \(4,\)"),
-    (torch.ones(0, 3, dtype=torch.long), 5, r"got shape \(0, 3\)"),
-    (torch.ones(2, 0, dtype=torch.long), 5, "the source is empty: it needs at least one token"),
-    (torch.ones(2, 3, dtype=torch.long), 0, "max_new_tokens must be a positive integer, got max_new_tokens=0"),
-    (torch.ones(2, 3, dtype=torch.long), 2.0, "max_new_tokens must be a positive integer, got max_new_tokens=2.0"),
-    (torch.ones(2, 3, dtype=torch.long), True, "max_new_tokens must be a positive integer, got max_new_tokens=True"),
-])
+@pytest.mark.parametrize(
+    ("source", "max_new_tokens", "message"),
+    [
+        (torch.ones(4, dtype=torch.long), 5, r"source must be a \(batch, n\) tensor of token ids, got shape \(4,\)"),
+        (torch.ones(0, 3, dtype=torch.long), 5, r"got shape \(0, 3\)"),
+        (torch.ones(2, 0, dtype=torch.long), 5, "the source is empty: it needs at least one token"),
+        (torch.ones(2, 3, dtype=torch.long), 0, "max_new_tokens must be a positive integer, got max_new_tokens=0"),
+        (torch.ones(2, 3, dtype=torch.long), 2.0, "max_new_tokens must be a positive integer, got max_new_tokens=2.0"),
+        (
+            torch.ones(2, 3, dtype=torch.long),
+            True,
+            "max_new_tokens must be a positive integer, got max_new_tokens=True",
+        ),
+    ],
+)
 def test_decoding_inputs_are_checked(source: Tensor, max_new_tokens: int, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         check_decoding_inputs(source, max_new_tokens)
@@ -452,5 +328,3 @@ def test_exact_match_counts_whole_sequences() -> None:
         exact_match([[3]], [[3], [4]])
     with pytest.raises(ValueError, match="got 0 and 0"):
         exact_match([], [])
-
-

@@ -7,7 +7,7 @@ import datetime
 import pytest
 import torch
 
-from transformer_book.training import END_ID, PAD_ID, START_ID, Batch
+from transformer_book.batching import END_ID, PAD_ID, START_ID, Batch
 from transformer_book.translation import (
     DATE_MODEL_CONFIG,
     DATE_STYLES,

@@ -1,0 +1,74 @@
+"""Unit tests for transformer_book.batching (exported from book/batching.md)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from transformer_book.batching import (
+    COPY_SYMBOLS,
+    COPY_VOCAB_SIZE,
+    END_ID,
+    PAD_ID,
+    START_ID,
+    make_batch,
+    pad_sequences,
+    random_copy_sequence,
+)
+from transformer_book.scaled_dot_product import causal_mask
+
+SOURCES = [[3, 4, 5, 6], [7, 8], [5]]
+
+
+# --- pad_sequences and make_batch --------------------------------------------------------------
+
+
+def test_pad_sequences_pads_at_the_end_and_returns_the_lengths() -> None:
+    ids, lengths = pad_sequences(SOURCES)
+    assert ids.tolist() == [[3, 4, 5, 6], [7, 8, 0, 0], [5, 0, 0, 0]]
+    assert lengths.tolist() == [4, 2, 1] and ids.dtype == lengths.dtype == torch.long
+    assert pad_sequences(SOURCES, pad_id=-1)[0][2].tolist() == [5, -1, -1, -1]
+
+
+def test_pad_sequences_rejects_no_sequences_and_empty_ones() -> None:
+    with pytest.raises(ValueError, match="a batch needs at least one sequence, got none"):
+        pad_sequences([])
+    with pytest.raises(ValueError, match="sequence 1 of the batch is empty"):
+        pad_sequences([[3], [], [4]])
+
+
+def test_make_batch_shapes_and_teacher_forcing() -> None:
+    batch = make_batch(SOURCES, [[4, 3], [8, 7, 6], [5]])
+    assert batch.source.shape == (3, 4) and batch.source_mask.shape == (3, 1, 4)
+    assert batch.target_input.tolist() == [[START_ID, 4, 3, PAD_ID], [START_ID, 8, 7, 6], [START_ID, 5, PAD_ID, PAD_ID]]
+    assert batch.target_output.tolist() == [[4, 3, END_ID, PAD_ID], [8, 7, 6, END_ID], [5, END_ID, PAD_ID, PAD_ID]]
+    assert batch.target_mask.shape == (3, 4, 4)
+    assert batch.num_target_tokens == 3 + 4 + 2 == int((batch.target_output != PAD_ID).sum())
+
+
+def test_make_batch_masks_hide_padding_and_the_future() -> None:
+    batch = make_batch(SOURCES, SOURCES)
+    assert batch.source_mask[:, 0].tolist() == [[True] * 4, [True, True, False, False], [True, False, False, False]]
+    target_lengths = [5, 3, 2]
+    for row, length in enumerate(target_lengths):
+        mask = batch.target_mask[row]
+        assert not mask.triu(diagonal=1).any()  # causal: no query sees a later key
+        assert not mask[:, length:].any()  # no query sees padding
+        assert torch.equal(mask[:length, :length], causal_mask(length))
+        assert mask.any(dim=-1).all()  # no row is fully masked
+    assert batch.source_mask.dtype == batch.target_mask.dtype == torch.bool
+
+
+def test_make_batch_rejects_mismatched_lists() -> None:
+    with pytest.raises(ValueError, match="every source needs a target, got 3 sources and 2 targets"):
+        make_batch(SOURCES, SOURCES[:2])
+    with pytest.raises(ValueError, match="a batch needs at least one sequence"):
+        make_batch([], [])
+
+
+def test_random_copy_sequence_draws_copy_symbols_of_the_asked_lengths() -> None:
+    generator = torch.Generator().manual_seed(0)
+    sequences = [random_copy_sequence(generator, 2, 4) for _ in range(200)]
+    assert {len(sequence) for sequence in sequences} == {2, 3, 4}
+    assert {token for sequence in sequences for token in sequence} == set(COPY_SYMBOLS)
+    assert COPY_VOCAB_SIZE == 13 and min(COPY_SYMBOLS) == END_ID + 1
