@@ -47,6 +47,14 @@ def test_readme_shows_the_current_reading_times() -> None:
     assert reading_time.main(["--check"]) == 0, "README.md's reading-time table is stale: run make sync"
 
 
+@pytest.mark.parametrize("chapter", toc_chapters(), ids=lambda chapter: chapter.stem)
+def test_chapter_reads_within_the_budget(chapter: Path) -> None:
+    measured = reading_time.reading_time(chapter)
+    assert measured.minutes <= reading_time.BUDGET_MINUTES, (
+        f"{chapter.name} reads in {measured.minutes:.1f} minutes ({measured.words:,} words, {measured.code_lines} "
+        f"visible code lines), over the {reading_time.BUDGET_MINUTES}-minute budget: collapse plumbing or split it")
+
+
 def test_reading_time_counts_prose_and_visible_code_only() -> None:
     assert reading_time.prose_words("Attention is all you need.\n:alt: not read\n```{note}\n```") == 5
     assert reading_time.prose_words("See {doc}`preface` and {glue:text}`sdp_ratio:.0f`.") == 4
