@@ -302,3 +302,41 @@ def test_masks_of_the_wrong_shape_or_dtype_are_rejected(module: nn.Module) -> No
         module(x, memory, source_mask=source_mask[:, None])                     # with a head dimension
     with pytest.raises(ValueError, match="mask must be a bool tensor"):
         module(x, memory, target_mask=causal_mask(M)[None].float())
+
+
+# --- a decoder without cross-attention (decoder-only models) ---------------------------------------
+
+def test_a_decoder_without_cross_attention_has_two_sub_layers_and_takes_no_memory() -> None:
+    x, memory, _ = inputs()
+    decoder = Decoder(LAYERS, D_MODEL, HEADS, D_FF, cross_attention=False).eval()
+    with_cross = Decoder(LAYERS, D_MODEL, HEADS, D_FF).eval()
+    assert all(layer.cross_attention is None for layer in decoder.layers)
+    # One attention of 4 d^2 + 4 d parameters and one LayerNorm of 2 d fewer per layer.
+    missing = sum(p.numel() for p in with_cross.parameters()) - sum(p.numel() for p in decoder.parameters())
+    assert missing == LAYERS * (4 * D_MODEL**2 + 4 * D_MODEL + 2 * D_MODEL)
+    assert decoder(x, None).shape == x.shape
+    with pytest.raises(ValueError, match="takes no memory"):
+        decoder(x, memory)
+
+
+def test_a_decoder_with_cross_attention_needs_the_memory() -> None:
+    x, _, _ = inputs()
+    with pytest.raises(ValueError, match="needs the encoder's memory"):
+        Decoder(LAYERS, D_MODEL, HEADS, D_FF)(x, None)
+    with pytest.raises(ValueError, match="needs the encoder's memory"):
+        DecoderLayer(D_MODEL, HEADS, D_FF)(x, None)
+
+
+def test_a_decoder_only_layer_is_still_causal() -> None:
+    x, _, _ = inputs()
+    layer = DecoderLayer(D_MODEL, HEADS, D_FF, cross_attention=False).eval()
+    changed = x.clone()
+    changed[:, 3] += 1.0
+    with torch.no_grad():
+        assert torch.equal(layer(x, None)[:, :3], layer(changed, None)[:, :3])
+
+
+def test_loading_pytorchs_decoder_layer_refuses_a_layer_without_cross_attention() -> None:
+    theirs = nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF, batch_first=True)
+    with pytest.raises(ValueError, match="no cross-attention"):
+        load_torch_decoder_layer(DecoderLayer(D_MODEL, HEADS, D_FF, cross_attention=False), theirs)

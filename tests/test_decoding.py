@@ -20,6 +20,7 @@ from transformer_book.decoding import (
     greedy_decode,
     length_penalty,
     sample_decode,
+    sample_token,
 )
 from transformer_book.full_model import Transformer, make_transformer
 from transformer_book.scaled_dot_product import padding_mask
@@ -346,3 +347,24 @@ def test_sample_decode_rejects_a_temperature_that_is_not_positive(temperature: f
 def test_sample_decode_rejects_a_top_k_that_is_not_a_positive_integer(top_k) -> None:
     with pytest.raises(ValueError, match="top_k must be a positive integer"):
         sample_decode(tiny_model(), ONE, max_new_tokens=5, top_k=top_k)
+
+
+# --- sample_token and a decoder without a source ---------------------------------------------------
+
+def test_sample_token_draws_one_id_per_row_among_the_top_k() -> None:
+    logits = torch.tensor([[0.0, 5.0, 4.0, -1.0], [3.0, 0.0, 0.0, 2.0]]).repeat(50, 1)
+    drawn = sample_token(logits, temperature=1.0, top_k=2, rng=torch.Generator().manual_seed(0))
+    assert drawn.shape == (100,)
+    assert set(drawn[0::2].tolist()) <= {1, 2} and set(drawn[1::2].tolist()) <= {0, 3}
+
+
+def test_sample_token_refuses_a_bad_temperature_or_top_k() -> None:
+    with pytest.raises(ValueError, match="temperature"):
+        sample_token(torch.zeros(1, 3), temperature=0.0)
+    with pytest.raises(ValueError, match="top_k"):
+        sample_token(torch.zeros(1, 3), top_k=0)
+
+
+def test_incremental_decoder_needs_the_source_when_the_decoder_has_cross_attention() -> None:
+    with pytest.raises(ValueError, match="give the source"):
+        IncrementalDecoder(tiny_model(), source=None, batch_size=1)

@@ -1,0 +1,205 @@
+"""Unit tests for transformer_book.decoder_only (exported from book/decoder-only.md)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from transformer_book.decoder import Decoder
+from transformer_book.decoder_only import (
+    DecoderOnlyTransformer,
+    LanguageModelBatch,
+    bigram_probabilities,
+    continue_text,
+    language_model_batches,
+    load_torch_decoder_only_layer,
+    random_windows,
+    unigram_probabilities,
+    validation_loss,
+    warmup_cosine,
+)
+from transformer_book.decoding import IncrementalDecoder
+from transformer_book.label_smoothing import LabelSmoothingLoss
+from transformer_book.training import train
+
+VOCAB, D_MODEL, HEADS, LAYERS, D_FF, MAX_LEN = 23, 16, 4, 2, 32, 12
+
+
+def small_model(seed: int = 0) -> DecoderOnlyTransformer:
+    torch.manual_seed(seed)
+    return DecoderOnlyTransformer(VOCAB, d_model=D_MODEL, num_heads=HEADS, num_layers=LAYERS, d_ff=D_FF,
+                                  max_len=MAX_LEN).eval()
+
+
+def test_logits_have_one_distribution_per_position() -> None:
+    tokens = torch.randint(VOCAB, (3, 7))
+    assert small_model()(tokens).shape == (3, 7, VOCAB)
+
+
+def test_the_generator_is_tied_to_the_embedding() -> None:
+    model = small_model()
+    assert model.generator.projection.weight is model.target_embedding.embedding.weight
+
+
+def test_the_layers_have_no_cross_attention() -> None:
+    for layer in small_model().decoder.layers:
+        assert layer.cross_attention is None and layer.cross_attention_sublayer is None
+
+
+def test_no_position_sees_a_later_token() -> None:
+    model = small_model()
+    tokens = torch.randint(VOCAB, (1, 8))
+    changed = tokens.clone()
+    changed[0, 5] = (changed[0, 5] + 1) % VOCAB
+    with torch.no_grad():
+        before, after = model(tokens), model(changed)
+    assert torch.equal(before[:, :5], after[:, :5])
+    assert not torch.allclose(before[:, 5:], after[:, 5:])
+
+
+def test_a_sequence_longer_than_max_len_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_len=12"):
+        small_model()(torch.zeros(1, MAX_LEN + 1, dtype=torch.long))
+
+
+def test_bad_sizes_are_refused() -> None:
+    with pytest.raises(ValueError, match="not divisible by num_heads"):
+        DecoderOnlyTransformer(VOCAB, d_model=10, num_heads=4, num_layers=1, d_ff=8, max_len=4)
+    with pytest.raises(ValueError, match="max_len"):
+        DecoderOnlyTransformer(VOCAB, d_model=8, num_heads=2, num_layers=1, d_ff=8, max_len=0)
+    with pytest.raises(ValueError, match="dropout"):
+        DecoderOnlyTransformer(VOCAB, d_model=8, num_heads=2, num_layers=1, d_ff=8, max_len=4, dropout=1.5)
+
+
+def test_a_layer_matches_pytorchs_encoder_layer_with_a_causal_mask() -> None:
+    torch.manual_seed(1)
+    ours = Decoder(1, D_MODEL, HEADS, D_FF, activation="gelu", norm_first=True, cross_attention=False).layers[0]
+    theirs = nn.TransformerEncoderLayer(D_MODEL, HEADS, D_FF, dropout=0.0, activation="gelu", batch_first=True,
+                                        norm_first=True)
+    load_torch_decoder_only_layer(ours, theirs)
+    x = torch.randn(2, 6, D_MODEL)
+    with torch.no_grad():
+        expected = theirs(x, src_mask=nn.Transformer.generate_square_subsequent_mask(6), is_causal=True)
+        assert (ours(x, None) - expected).abs().max() < 1e-5
+
+
+def test_loading_refuses_a_layer_with_cross_attention_or_another_norm_order() -> None:
+    theirs = nn.TransformerEncoderLayer(D_MODEL, HEADS, D_FF, batch_first=True, norm_first=True)
+    with pytest.raises(ValueError, match="cross-attention"):
+        load_torch_decoder_only_layer(Decoder(1, D_MODEL, HEADS, D_FF, norm_first=True).layers[0], theirs)
+    post_ln = Decoder(1, D_MODEL, HEADS, D_FF, norm_first=False, cross_attention=False).layers[0]
+    with pytest.raises(ValueError, match="norm_first"):
+        load_torch_decoder_only_layer(post_ln, theirs)
+
+
+def test_random_windows_are_shifted_by_one() -> None:
+    ids = torch.arange(100)
+    batch = random_windows(ids, batch_size=4, context=10, generator=torch.Generator().manual_seed(0))
+    assert batch.inputs.shape == batch.target_output.shape == (4, 10)
+    assert torch.equal(batch.target_output, batch.inputs + 1)
+    assert batch.num_target_tokens == 40
+    assert batch.model_inputs()[0] is batch.inputs
+
+
+def test_random_windows_refuse_a_stream_too_short_or_not_flat() -> None:
+    generator = torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match="longer than context"):
+        random_windows(torch.arange(10), batch_size=2, context=10, generator=generator)
+    with pytest.raises(ValueError, match="1-D"):
+        random_windows(torch.zeros(3, 30, dtype=torch.long), batch_size=2, context=5, generator=generator)
+
+
+def test_the_batch_stream_repeats_with_its_seed() -> None:
+    first = next(language_model_batches(torch.arange(50), batch_size=3, context=5, seed=7))
+    second = next(language_model_batches(torch.arange(50), batch_size=3, context=5, seed=7))
+    assert torch.equal(first.inputs, second.inputs)
+
+
+def test_the_training_loop_lowers_the_loss_on_a_repeating_stream() -> None:
+    model = small_model().train()
+    ids = torch.tensor([3, 5, 7, 11] * 50)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    history = train(model, language_model_batches(ids, batch_size=4, context=8, seed=0), steps=60,
+                    optimizer=optimizer, loss_function=LabelSmoothingLoss(0.0, ignore_index=-1))
+    assert history.losses[-1] < 0.2 * history.losses[0]
+    assert validation_loss(model, ids, context=8) < 0.3
+
+
+def test_unigram_and_bigram_are_distributions_without_zeros() -> None:
+    ids = torch.tensor([1, 2, 1, 2, 1, 3])
+    unigram = unigram_probabilities(ids, 5)
+    bigram = bigram_probabilities(ids, 5)
+    assert math.isclose(unigram.sum().item(), 1.0) and (unigram > 0).all()
+    assert torch.allclose(bigram.sum(dim=1), torch.ones(5, dtype=torch.float64)) and (bigram > 0).all()
+    assert bigram[1, 2] > bigram[1, 3]  # 1 is followed by 2 twice, by 3 once
+
+
+def test_the_bigram_tends_to_the_pair_counts_as_alpha_shrinks() -> None:
+    ids = torch.tensor([1, 2, 1, 2, 1, 3])
+    assert torch.allclose(bigram_probabilities(ids, 5, alpha=1e-9)[1, [2, 3]],
+                          torch.tensor([2 / 3, 1 / 3], dtype=torch.float64))
+
+
+def test_validation_loss_is_the_mean_cross_entropy_of_the_whole_windows() -> None:
+    model, ids = small_model(), torch.randint(VOCAB, (35,))
+    windows = 34 // 10  # three windows of 10; the last four tokens are left out
+    inputs, targets = ids[:30].view(windows, 10), ids[1:31].view(windows, 10)
+    with torch.no_grad():
+        expected = nn.functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten()).item()
+    assert validation_loss(model, ids, context=10, batch_size=2) == pytest.approx(expected, rel=1e-5)
+    with pytest.raises(ValueError, match="more than context"):
+        validation_loss(model, torch.arange(5), context=10)
+
+
+def test_warmup_cosine_rises_peaks_and_ends_at_the_floor() -> None:
+    rates = [warmup_cosine(step, warmup=10, total=100) for step in range(100)]
+    assert rates[0] == pytest.approx(0.1) and rates[9] == pytest.approx(1.0)
+    assert all(later <= earlier for earlier, later in zip(rates[10:], rates[11:]))
+    assert warmup_cosine(100, warmup=10, total=100) == pytest.approx(0.1)
+
+
+def test_continue_text_with_the_cache_equals_greedy_recomputation() -> None:
+    model = small_model()
+    prompt = torch.tensor([[4, 9, 2], [7, 7, 1]])
+    cached = continue_text(model, prompt, max_new_tokens=6, choose=lambda logits: logits.argmax(dim=-1))
+    sequence = prompt
+    with torch.no_grad():
+        for _ in range(6):
+            sequence = torch.cat([sequence, model(sequence)[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
+    assert torch.equal(cached, sequence[:, 3:])
+
+
+def test_the_cached_steps_give_the_full_pass_logits() -> None:
+    model = small_model()
+    tokens = torch.randint(VOCAB, (2, 9))
+    decoder = IncrementalDecoder(model, source=None, batch_size=2)
+    with torch.no_grad():
+        stepwise = torch.stack([decoder.step(tokens[:, position]) for position in range(9)], dim=1)
+        assert (stepwise - model(tokens)).abs().max() < 1e-5
+
+
+def test_continue_text_leaves_the_model_in_training_mode() -> None:
+    model = small_model().train()
+    continue_text(model, torch.tensor([[1]]), max_new_tokens=2, choose=lambda logits: logits.argmax(dim=-1))
+    assert model.training
+
+
+def test_continue_text_refuses_bad_prompts_and_lengths() -> None:
+    model = small_model()
+    greedy = lambda logits: logits.argmax(dim=-1)  # noqa: E731
+    with pytest.raises(ValueError, match="prompt"):
+        continue_text(model, torch.tensor([1, 2]), max_new_tokens=2, choose=greedy)
+    with pytest.raises(ValueError, match="positions"):
+        continue_text(model, torch.tensor([[1, 2]]), max_new_tokens=MAX_LEN, choose=greedy)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        continue_text(model, torch.tensor([[1, 2]]), max_new_tokens=0, choose=greedy)
+    # The longest continuation that fits: prompt + new tokens - 1 positions are fed to the model.
+    assert continue_text(model, torch.tensor([[1, 2]]), max_new_tokens=MAX_LEN - 1, choose=greedy).shape == (1, 11)
+
+
+def test_language_model_batch_feeds_the_model_its_inputs_only() -> None:
+    batch = LanguageModelBatch(torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 3, dtype=torch.long), 3)
+    assert len(batch.model_inputs()) == 1
