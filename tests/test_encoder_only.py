@@ -1,0 +1,156 @@
+"""Unit tests for transformer_book.encoder_only (exported from book/encoder-only.md)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from transformer_book.encoder import load_torch_encoder
+from transformer_book.encoder_only import (
+    IGNORE_INDEX,
+    EncoderClassifier,
+    EncoderOnlyModel,
+    MaskedLanguageModelHead,
+    mask_tokens,
+)
+from transformer_book.scaled_dot_product import causal_mask
+
+VOCAB, PAD, CLS, MASK = 20, 0, 18, 19
+SPECIALS = [PAD, CLS, MASK]
+
+
+def ordinary_tokens(batch: int, n: int, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(1, CLS, (batch, n), generator=generator)
+    tokens[:, 0] = CLS
+    return tokens
+
+
+def masked(tokens: torch.Tensor, seed: int = 0, **options: object) -> tuple[torch.Tensor, torch.Tensor]:
+    return mask_tokens(tokens, mask_id=MASK, special_ids=SPECIALS, vocab_size=VOCAB,
+                       generator=torch.Generator().manual_seed(seed), **options)  # type: ignore[arg-type]
+
+
+def test_masking_proportions_on_a_large_sample() -> None:
+    tokens = ordinary_tokens(400, 100)
+    corrupted, labels = masked(tokens)
+    ordinary = tokens != CLS
+    chosen = labels != IGNORE_INDEX
+    assert not (chosen & ~ordinary).any()
+    assert abs(chosen.sum().item() / ordinary.sum().item() - 0.15) < 0.01
+    assert abs((corrupted[chosen] == MASK).float().mean().item() - 0.8) < 0.02
+    # kept: 10%, plus the random draws that happen to hit the original token (1 in 17 of 10%)
+    assert abs((corrupted[chosen] == tokens[chosen]).float().mean().item() - 0.1 - 0.1 / 17) < 0.02
+    assert (labels[chosen] == tokens[chosen]).all()
+    assert (corrupted[~chosen] == tokens[~chosen]).all()
+    assert not torch.isin(corrupted[chosen & (corrupted != MASK)], torch.tensor(SPECIALS)).any()
+
+
+def test_masking_is_reproducible_and_keeps_the_shape() -> None:
+    tokens = ordinary_tokens(3, 7)
+    first, second = masked(tokens, seed=5), masked(tokens, seed=5)
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+    assert first[0].shape == first[1].shape == tokens.shape
+    assert torch.equal(tokens, ordinary_tokens(3, 7)), "the input is not modified in place"
+
+
+def test_mask_probability_one_chooses_every_ordinary_position() -> None:
+    tokens = ordinary_tokens(4, 9)
+    _, labels = masked(tokens, mask_probability=1.0)
+    assert ((labels != IGNORE_INDEX) == (tokens != CLS)).all()
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"mask_id": 3}, "mask_id"),
+    ({"mask_probability": 0.0}, "mask_probability"),
+    ({"mask_probability": 1.5}, "mask_probability"),
+    ({"ignore_index": 4}, "ignore_index"),
+    ({"generator": 0}, "generator"),
+    ({"special_ids": [PAD, MASK, VOCAB]}, "special ids"),
+    ({"vocab_size": 0}, "vocab_size"),
+])
+def test_masking_refuses_bad_arguments(bad: dict[str, object], message: str) -> None:
+    arguments: dict[str, object] = {"mask_id": MASK, "special_ids": SPECIALS, "vocab_size": VOCAB,
+                                    "generator": torch.Generator(), **bad}
+    with pytest.raises(ValueError, match=message):
+        mask_tokens(ordinary_tokens(2, 5), **arguments)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("tokens", [torch.rand(2, 3), torch.tensor([[1, 2, VOCAB]]), torch.tensor([[True]])])
+def test_masking_refuses_bad_tokens(tokens: torch.Tensor) -> None:
+    with pytest.raises(ValueError, match="token"):
+        masked(tokens)
+
+
+def test_model_shapes_and_padding_is_invisible() -> None:
+    torch.manual_seed(0)
+    model = EncoderOnlyModel(VOCAB, pad_id=PAD, d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.0).eval()
+    tokens = ordinary_tokens(3, 6)
+    padded = torch.cat([tokens, torch.full((3, 4), PAD)], dim=1)
+    with torch.no_grad():
+        hidden, hidden_padded = model(tokens), model(padded)
+    assert hidden.shape == (3, 6, 16)
+    assert torch.allclose(hidden, hidden_padded[:, :6], atol=1e-5)
+
+
+def test_model_sees_both_sides_unless_a_causal_mask_is_given() -> None:
+    torch.manual_seed(0)
+    model = EncoderOnlyModel(VOCAB, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0).eval()
+    tokens = ordinary_tokens(1, 6)
+    changed = tokens.clone()
+    changed[0, -1] = 1 if tokens[0, -1] != 1 else 2  # change only the last token
+    left_only = causal_mask(6)[None]
+    with torch.no_grad():
+        assert not torch.allclose(model(tokens)[0, 0], model(changed)[0, 0])
+        assert torch.allclose(model(tokens, left_only)[0, :5], model(changed, left_only)[0, :5], atol=1e-6)
+
+
+def test_model_agrees_with_torch_transformer_encoder() -> None:
+    torch.manual_seed(0)
+    model = EncoderOnlyModel(VOCAB, d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.0).eval()
+    layer = nn.TransformerEncoderLayer(16, 2, 32, 0.0, activation="gelu", batch_first=True)
+    theirs = nn.TransformerEncoder(layer, 2, norm=None, enable_nested_tensor=False).eval()
+    load_torch_encoder(model.encoder, theirs)
+    tokens = torch.cat([ordinary_tokens(2, 5), torch.full((2, 2), PAD)], dim=1)
+    with torch.no_grad():
+        embedded = model.positional_encoding(model.token_embedding(tokens))
+        expected = theirs(embedded, src_key_padding_mask=tokens == PAD)
+        real = tokens != PAD
+        assert torch.allclose(model(tokens)[real], expected[real], atol=1e-5)
+
+
+def test_head_is_tied_to_the_embedding() -> None:
+    model = EncoderOnlyModel(VOCAB, d_model=16, num_heads=2, d_ff=32)
+    head = MaskedLanguageModelHead(model.token_embedding)
+    assert head.embedding.embedding.weight is model.token_embedding.embedding.weight
+    assert head(torch.randn(2, 3, 16)).shape == (2, 3, VOCAB)
+    shared = nn.ModuleDict({"model": model, "head": head})
+    assert sum(p.numel() for p in shared.parameters()) == \
+        sum(p.numel() for p in model.parameters()) + sum(p.numel() for n, p in head.named_parameters()
+                                                          if not n.startswith("embedding."))
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_classifier_shapes_and_padding(pooling: str) -> None:
+    torch.manual_seed(0)
+    model = EncoderOnlyModel(VOCAB, d_model=16, num_heads=2, d_ff=32, dropout=0.0)
+    classifier = EncoderClassifier(model, 5, pooling=pooling, dropout=0.0).eval()
+    tokens = ordinary_tokens(3, 6)
+    padded = torch.cat([tokens, torch.full((3, 2), PAD)], dim=1)
+    with torch.no_grad():
+        assert classifier(tokens).shape == (3, 5)
+        assert torch.allclose(classifier(tokens), classifier(padded), atol=1e-5)
+
+
+@pytest.mark.parametrize("bad", [{"pooling": "max"}, {"num_classes": 0}, {"dropout": 1.0}])
+def test_classifier_refuses_bad_arguments(bad: dict[str, object]) -> None:
+    arguments: dict[str, object] = {"num_classes": 3, **bad}
+    with pytest.raises(ValueError):
+        EncoderClassifier(EncoderOnlyModel(VOCAB, d_model=16, num_heads=2, d_ff=32), **arguments)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [{"pad_id": VOCAB}, {"pad_id": -1}, {"dropout": 1.5}, {"num_layers": 0}])
+def test_model_refuses_bad_arguments(bad: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        EncoderOnlyModel(VOCAB, **bad)  # type: ignore[arg-type]
