@@ -38,7 +38,8 @@ from chapters import BOOK, ROOT, ChapterFailed, execute_chapter
 #: Chapters whose checks rest on training or sampling, and so can differ from run to run.
 STOCHASTIC = ["sequential-bottleneck", "scaled-dot-product", "self-attention", "multi-head-attention",
               "positional-encoding", "block-anatomy", "batching", "training", "translation", "decoding", "tokenization",
-              "decoder-only", "encoder-only", "vision-transformer", "text-to-text"]
+              "decoder-only", "encoder-only", "vision-transformer", "text-to-text",
+              "efficient-attention"]
 
 
 @dataclass(frozen=True)
