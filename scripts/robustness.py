@@ -39,7 +39,7 @@ from chapters import BOOK, ROOT, ChapterFailed, execute_chapter
 STOCHASTIC = ["sequential-bottleneck", "scaled-dot-product", "self-attention", "multi-head-attention",
               "positional-encoding", "block-anatomy", "batching", "training", "translation", "decoding", "tokenization",
               "decoder-only", "encoder-only", "vision-transformer", "text-to-text",
-              "efficient-attention", "precision-and-memory"]
+              "relative-positions", "efficient-attention", "precision-and-memory"]
 
 
 @dataclass(frozen=True)
