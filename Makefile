@@ -9,7 +9,7 @@ CHAPTER_SOURCES := $(wildcard book/*.md)
 # twins must already match their chapters, so there the same step only checks, and fails loudly.
 SYNC_FLAGS := $(if $(CI),--check,)
 
-.PHONY: book test sync timing benchmark robustness clean
+.PHONY: book test sync lock timing benchmark robustness clean
 
 book: $(VENV)/.installed _build/.sync-stamp
 	$(PY) scripts/invalidate_cache.py
@@ -27,7 +27,7 @@ sync: $(VENV)/.installed
 	mkdir -p _build && touch _build/.sync-stamp
 
 # make book and make test do the same when a chapter (or the export scripts) changed.
-_build/.sync-stamp: $(CHAPTER_SOURCES) scripts/export.py scripts/sync_twins.py scripts/reading_time.py | $(VENV)/.installed
+_build/.sync-stamp: $(CHAPTER_SOURCES) scripts/export.py scripts/sync_twins.py scripts/reading_time.py pyproject.toml _config.yml | $(VENV)/.installed
 	$(PY) scripts/export.py $(SYNC_FLAGS)
 	$(PY) scripts/sync_twins.py $(SYNC_FLAGS)
 	$(PY) scripts/reading_time.py $(if $(CI),--check,--update-readme)
@@ -47,11 +47,20 @@ robustness: $(VENV)/.installed
 benchmark: $(VENV)/.installed
 	$(PY) scripts/benchmark_training.py
 
+# Resolve requirements.txt into requirements.lock (exact versions and hashes): run after editing it.
+lock: $(VENV)/.installed
+	$(PY) scripts/lock.py
+
+# The locked packages with their hashes checked; then torch, pinned by version only, so a machine gets
+# the build it can use (CPU or CUDA); then the book's own package; pip check proves they fit together.
 # npm ci installs package-lock.json: MathJax, which the site serves itself, and axe-core for the tests.
-$(VENV)/.installed: requirements.txt pyproject.toml package.json package-lock.json
+PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check
+$(VENV)/.installed: requirements.lock requirements.txt pyproject.toml package.json package-lock.json
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(PIP_INSTALL) --require-hashes --no-deps -r requirements.lock
+	$(PIP_INSTALL) "$$(grep '^torch==' requirements.txt)"
+	$(PIP_INSTALL) --no-deps -e .
+	$(PY) -m pip check
 	npm ci --no-audit --no-fund
 	touch $@
 
