@@ -14,6 +14,7 @@ from typing import Any
 
 import jupytext
 import nbformat
+import tomllib
 import yaml
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
@@ -114,17 +115,25 @@ def colab_url(chapter: Path) -> str:
     return f"{repository}/blob/main/{chapter.relative_to(ROOT).with_suffix('.ipynb').as_posix()}"
 
 
+def package_version() -> str:
+    """The companion package's version, from ``pyproject.toml``: the release the notebooks install."""
+    with (ROOT / "pyproject.toml").open("rb") as file:
+        return str(tomllib.load(file)["project"]["version"])
+
+
 def colab_bootstrap() -> str:
-    """The first cell of every chapter: under Colab only, install the companion package from
-    the repository, without dependencies so that Colab's own torch is kept."""
-    return f'''# Colab only: install the book's companion package. Torch is already there and is not reinstalled.
+    """The first cell of every chapter: under Colab only, install the companion package's release
+    ``v<version>`` (a git tag, made by the release workflow once CI passes on main), without
+    dependencies so that Colab's own torch is kept."""
+    return f'''# Colab only: install the release of the book's companion package that this notebook was tested
+# with. Torch is already there and is not reinstalled.
 import subprocess
 import sys
 
 if "google.colab" in sys.modules:
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-         "git+{repository_url()}.git@main"],
+         "git+{repository_url()}.git@v{package_version()}"],
         check=True,
     )'''
 
@@ -138,7 +147,7 @@ def write_or_check(expected: dict[Path, str], orphans: list[Path], check: bool, 
     stale = [path for path, text in expected.items() if not path.exists() or path.read_text() != text]
     if check:
         for path in stale:
-            print(f"stale: {path.relative_to(ROOT)} differs from its chapter ({fix})")
+            print(f"stale: {path.relative_to(ROOT)} is out of date ({fix})")
         for path in orphans:
             print(f"orphan: {path.relative_to(ROOT)} has no chapter ({fix})")
         return 1 if stale or orphans else 0

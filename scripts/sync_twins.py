@@ -1,6 +1,7 @@
 """Write each chapter's Colab twin: ``book/<slug>.ipynb`` from ``book/<slug>.md``.
 
-The twin carries no outputs (it is regenerated from the text notebook), so
+First, each chapter's hidden bootstrap cell is brought up to date (it installs the package release
+named by pyproject.toml's version, from the repository of _config.yml). The twin carries no outputs (it is regenerated from the text notebook), so
 Colab opens a clean notebook and git diffs stay small::
 
     python scripts/sync_twins.py          # write the twins
@@ -10,17 +11,26 @@ Colab opens a clean notebook and git diffs stay small::
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
 import jupytext
 
-from chapters import BOOK, book_chapters, write_or_check
+from chapters import BOOK, book_chapters, colab_bootstrap, write_or_check
 
 
 def chapters() -> list[Path]:
     """The executable chapters in book/, whether or not _toc.yml lists them yet."""
     return book_chapters()
+
+
+BOOTSTRAP_CELL = re.compile(r"(```\{code-cell\} ipython3\n:tags: \[remove-cell\]\n\n)# Colab only:.*?\n(```)", re.S)
+
+
+def with_current_bootstrap(chapter: Path) -> str:
+    """The chapter's text with its bootstrap cell as colab_bootstrap() writes it today."""
+    return BOOTSTRAP_CELL.sub(lambda match: match[1] + colab_bootstrap() + "\n" + match[2], chapter.read_text(), count=1)
 
 
 def twin_text(chapter: Path) -> str:
@@ -36,9 +46,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="report stale twins instead of writing them")
     args = parser.parse_args()
+    bootstraps = {chapter: with_current_bootstrap(chapter) for chapter in chapters()}
+    if write_or_check(bootstraps, [], args.check, fix="run make sync") != 0:
+        return 1
     expected = {chapter.with_suffix(".ipynb"): twin_text(chapter) for chapter in chapters()}
     orphans = [twin for twin in BOOK.glob("*.ipynb") if not twin.with_suffix(".md").exists()]
     return write_or_check(expected, orphans, args.check, fix="run make sync")
+
 
 if __name__ == "__main__":
     sys.exit(main())
