@@ -11,9 +11,13 @@ SYNC_FLAGS := $(if $(CI),--check,)
 
 .PHONY: book test sync lock timing benchmark robustness clean
 
+# When the build fails, Sphinx still records the failed chapter's page as read, and the next make book
+# would pass without running it again; forgetting Sphinx's environment makes it read every page again
+# (the chapters that ran come from the execution cache; a failed one has no cached run, so it runs).
 book: $(VENV)/.installed _build/.sync-stamp
 	$(PY) scripts/invalidate_cache.py
-	$(VENV)/bin/jupyter-book build . --builder html -W -n --keep-going
+	$(VENV)/bin/jupyter-book build . --builder html -W -n --keep-going || \
+	  { rm -f _build/.doctrees/environment.pickle; echo "The build failed: see the warnings above."; exit 1; }
 	@echo "The book is in _build/html/index.html"
 
 test: $(VENV)/.installed _build/.sync-stamp

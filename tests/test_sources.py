@@ -87,6 +87,14 @@ def test_chapter_starts_with_the_hidden_colab_bootstrap(chapter: Path) -> None:
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=ids)
+def test_chapter_reaches_myst_nb_only_through_the_books_glue(chapter: Path) -> None:
+    """Colab has no myst-nb, and the build runs each chapter once (not its twin): only
+    transformer_book.glue, whose fallback is unit-tested, may touch it."""
+    code = "\n".join(cell.source for cell in jupytext.read(chapter).cells if cell.cell_type == "code")
+    assert not re.search(r"^\s*(import|from)\s+myst_nb\b", code, re.M), f"{chapter.name} imports myst_nb directly"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=ids)
 def test_chapter_follows_the_anatomy(chapter: Path) -> None:
     text = chapter.read_text()
     assert re.search(r"^:::\{admonition\} In this chapter", text, re.M), f"{chapter.name}: no learning goals"
