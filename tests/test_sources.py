@@ -19,6 +19,24 @@ CHAPTERS = toc_chapters()
 ids = [chapter.stem for chapter in CHAPTERS]
 
 
+def test_each_module_imports_only_earlier_chapters_and_the_hand_written_modules() -> None:
+    """The package's dependency order is the reading order: a chapter's module may import the
+    modules of earlier chapters, and the hand-written validation and helpers, never a later chapter."""
+    order = {chapter.stem.replace("-", "_"): index for index, chapter in enumerate(CHAPTERS)}
+    hand_written = {"validation", "helpers", "__init__"}
+    forward, checked = [], 0
+    for module, index in order.items():
+        path = ROOT / "src" / "transformer_book" / f"{module}.py"
+        if not path.exists():
+            continue  # a chapter that exports nothing
+        checked += 1
+        for imported in invalidate_cache.imported_modules(path.read_text()) - hand_written:
+            if order.get(imported, len(order)) >= index:
+                forward.append(f"{module} imports {imported}")
+    assert checked >= 10, f"only {checked} chapter modules found: the test no longer sees the package"
+    assert not forward, f"imports that point forward in the reading order: {forward}"
+
+
 def test_every_toc_entry_exists() -> None:
     missing = [page.relative_to(ROOT).as_posix() for page in toc_files() if not page.is_file()]
     assert not missing, f"_toc.yml lists pages that do not exist: {missing}"
