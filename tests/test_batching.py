@@ -66,6 +66,19 @@ def test_make_batch_rejects_mismatched_lists() -> None:
         make_batch([], [])
 
 
+def test_make_batch_counts_the_tokens_the_loss_is_taken_over() -> None:
+    # The loss skips PAD_ID wherever it stands; a PAD_ID inside a target must not be counted either,
+    # or the loss per token would be divided by too many tokens.
+    batch = make_batch(SOURCES[:2], [[3, 4], [5, PAD_ID, 6]])
+    assert batch.num_target_tokens == int((batch.target_output != PAD_ID).sum()) == 6
+
+
+@pytest.mark.parametrize(("sequence", "problem"), [([3, 1.5], "integer"), ([3, -1], "negative")])
+def test_pad_sequences_refuses_ids_that_are_not_token_ids(sequence: list[float], problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        pad_sequences([[3, 4], sequence])
+
+
 def test_random_copy_sequence_draws_copy_symbols_of_the_asked_lengths() -> None:
     generator = torch.Generator().manual_seed(0)
     sequences = [random_copy_sequence(generator, 2, 4) for _ in range(200)]

@@ -239,6 +239,19 @@ def test_load_checkpoint_refuses_missing_optimizer_or_scheduler_state(tmp_path: 
         load_checkpoint(tmp_path / "weights.pt", model, scheduler=scheduler)
 
 
+def test_load_checkpoint_refuses_a_file_save_checkpoint_did_not_write(tmp_path: Path) -> None:
+    torch.save(tiny_model().state_dict(), tmp_path / "bare.pt")  # weights alone, as torch.save writes them
+    with pytest.raises(ValueError, match="not written by save_checkpoint"):
+        load_checkpoint(tmp_path / "bare.pt", tiny_model())
+
+
+def test_load_checkpoint_into_a_model_of_another_size_names_the_mismatch(tmp_path: Path) -> None:
+    save_checkpoint(tmp_path / "small.pt", tiny_model())
+    wider = make_transformer(VOCAB, VOCAB, d_model=32, num_heads=2, num_layers=1, d_ff=64, dropout=0.0)
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        load_checkpoint(tmp_path / "small.pt", wider)
+
+
 # --- decoding and scoring ----------------------------------------------------------------------
 
 
