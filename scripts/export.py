@@ -7,7 +7,8 @@ Chapters are the single source of truth: ``book/<slug>.md`` exports to
     python scripts/export.py          # write the modules
     python scripts/export.py --check  # exit 1 if a committed module is stale
 
-Each module's header carries a fingerprint of the text below it. A module whose text no longer
+The modules are formatted by ``ruff format`` (configured in pyproject.toml), like every other
+Python file of the repository. Each module's header carries a fingerprint of the text below it. A module whose text no longer
 matches its fingerprint was edited by hand; rather than destroy that edit, the export stops and
 says where the edit belongs.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import subprocess
 import sys
 from pathlib import Path
 
@@ -59,12 +61,25 @@ def exported_source(chapter: Path) -> str | None:
     if not cells:
         return None
     title = next(
-        (line.lstrip("# ").strip() for cell in notebook.cells if cell.cell_type == "markdown"
-         for line in cell.source.splitlines() if line.startswith("# ")),
+        (
+            line.lstrip("# ").strip()
+            for cell in notebook.cells
+            if cell.cell_type == "markdown"
+            for line in cell.source.splitlines()
+            if line.startswith("# ")
+        ),
         chapter.stem,
     )
-    body = f'"""Code taught in the chapter "{title}" (book/{chapter.name})."""\n\n' + "\n\n\n".join(cells) + "\n"
+    body = formatted(
+        f'"""Code taught in the chapter "{title}" (book/{chapter.name})."""\n\n' + "\n\n\n".join(cells) + "\n"
+    )
     return HEADER.format(chapter=chapter.name, fingerprint=fingerprint(body)) + body
+
+
+def formatted(code: str) -> str:
+    """code as ``ruff format`` writes it, with the repository's settings."""
+    command = [sys.executable, "-m", "ruff", "format", "--stdin-filename", "src/transformer_book/module.py", "-"]
+    return subprocess.run(command, input=code, capture_output=True, text=True, check=True, cwd=ROOT).stdout
 
 
 def expected_modules() -> dict[Path, str]:
@@ -92,12 +107,16 @@ def main() -> int:
         edited = [path for path in generated_modules() if edited_by_hand(path)]
         for path in edited:
             chapter = "book/" + path.stem.replace("_", "-") + ".md"  # the inverse of module_name
-            print(f"{path.relative_to(ROOT)} was edited by hand: its text no longer matches the fingerprint "
-                  f"in its header. Move the edit into the export cells of {chapter}, or undo it "
-                  f"(git checkout {path.relative_to(ROOT)}), then run make sync again.", file=sys.stderr)
+            print(
+                f"{path.relative_to(ROOT)} was edited by hand: its text no longer matches the fingerprint "
+                f"in its header. Move the edit into the export cells of {chapter}, or undo it "
+                f"(git checkout {path.relative_to(ROOT)}), then run make sync again.",
+                file=sys.stderr,
+            )
         if edited:
             return 1
     return write_or_check(expected, orphans, args.check, fix="run make sync")
+
 
 if __name__ == "__main__":
     sys.exit(main())

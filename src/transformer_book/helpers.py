@@ -115,8 +115,10 @@ def describe_run() -> str:
     run = book_seed(0) // 1000
     where = device()
     name = torch.cuda.get_device_name(where) if where.type == "cuda" else _processor_name()
-    return (f"{SEED_VARIABLE}={run}, device {where.type} ({name}), {torch.get_num_threads()} CPU threads, "
-            f"PyTorch {torch.__version__}, Python {platform.python_version()}")
+    return (
+        f"{SEED_VARIABLE}={run}, device {where.type} ({name}), {torch.get_num_threads()} CPU threads, "
+        f"PyTorch {torch.__version__}, Python {platform.python_version()}"
+    )
 
 
 def _processor_name() -> str:
@@ -152,8 +154,10 @@ def check(claim: str, value: float | bool, *, at_least: float | None = None, at_
         raise TypeError(f"check {claim!r}: a bool takes no bounds")
     number = float(value)
     if bounded:
-        margins = [number - at_least if at_least is not None else math.inf,
-                   at_most - number if at_most is not None else math.inf]
+        margins = [
+            number - at_least if at_least is not None else math.inf,
+            at_most - number if at_most is not None else math.inf,
+        ]
         margin: float | None = min(margins)
         passed = not math.isnan(number) and margin >= 0  # type: ignore[operator]
     else:
@@ -161,17 +165,28 @@ def check(claim: str, value: float | bool, *, at_least: float | None = None, at_
 
     log = os.environ.get(CLAIMS_LOG_VARIABLE)
     if log:
-        record = {"claim": claim, "value": number, "at_least": at_least, "at_most": at_most,
-                  "margin": margin, "passed": passed}
+        record = {
+            "claim": claim,
+            "value": number,
+            "at_least": at_least,
+            "at_most": at_most,
+            "margin": margin,
+            "passed": passed,
+        }
         with open(log, "a", encoding="utf-8") as file:
             file.write(json.dumps(record) + "\n")
         return
     if passed:
         return
     if bounded:
-        bounds = " and ".join(text for text in (
-            f"at least {at_least:.6g}" if at_least is not None else "",
-            f"at most {at_most:.6g}" if at_most is not None else "") if text)
+        bounds = " and ".join(
+            text
+            for text in (
+                f"at least {at_least:.6g}" if at_least is not None else "",
+                f"at most {at_most:.6g}" if at_most is not None else "",
+            )
+            if text
+        )
         obtained = f"this run measured {number:.6g}; the text needs {bounds}"
     else:
         obtained = "this run found it false"
@@ -213,8 +228,7 @@ class _FinishedBar(tqdm):  # type: ignore[type-arg]  # tqdm is generic only in i
 
     def __init__(self, iterable: Iterable[T], *, desc: str, total: int | None, file: Any) -> None:
         # An infinite delay keeps tqdm from drawing while the loop runs.
-        super().__init__(iterable, desc=desc, total=total, file=file,
-                         delay=float("inf"), mininterval=float("inf"))
+        super().__init__(iterable, desc=desc, total=total, file=file, delay=float("inf"), mininterval=float("inf"))
 
     def close(self) -> None:
         # tqdm skips the final draw of a bar it never showed; lifting the delay restores it.
