@@ -38,7 +38,7 @@ def _error_line(traceback: str) -> str:
     for index in range(len(lines) - 1, -1, -1):
         head = lines[index].split(":", 1)[0]
         if head.isidentifier() and head.endswith(("Error", "Failed", "Exception", "Interrupt")):
-            return " ".join(lines[index:index + 3])
+            return " ".join(lines[index : index + 3])
     return lines[-1] if lines else "unknown error"
 
 

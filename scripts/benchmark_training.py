@@ -29,13 +29,13 @@ from transformer_book.positional_encoding import PositionalEncoding
 class TorchTransformer(nn.Module):
     """nn.Transformer with the same embeddings, positions and output layer as the book's model."""
 
-    def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, d_ff: int,
-                 dropout: float) -> None:
+    def __init__(
+        self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, d_ff: int, dropout: float
+    ) -> None:
         super().__init__()
         self.embedding = TokenEmbedding(vocab_size, d_model)
         self.positional_encoding = PositionalEncoding(d_model, dropout=dropout)
-        self.transformer = nn.Transformer(d_model, num_heads, num_layers, num_layers, d_ff, dropout,
-                                          batch_first=True)
+        self.transformer = nn.Transformer(d_model, num_heads, num_layers, num_layers, d_ff, dropout, batch_first=True)
         # The paper's post-LN stacks end without a final LayerNorm, as the book's do.
         self.transformer.encoder.norm = nn.Identity()
         self.transformer.decoder.norm = nn.Identity()
@@ -50,23 +50,28 @@ class TorchTransformer(nn.Module):
         hidden = self.transformer(
             self.positional_encoding(self.embedding(batch.source)),
             self.positional_encoding(self.embedding(batch.target_input)),
-            tgt_mask=causal, src_key_padding_mask=source_padding, memory_key_padding_mask=source_padding,
-            tgt_key_padding_mask=batch.target_input == 0, tgt_is_causal=True,
+            tgt_mask=causal,
+            src_key_padding_mask=source_padding,
+            memory_key_padding_mask=source_padding,
+            tgt_key_padding_mask=batch.target_input == 0,
+            tgt_is_causal=True,
         )
         logits: Tensor = self.generator(hidden)
         return logits
 
 
-def random_batch(vocab_size: int, batch_size: int, max_length: int, generator: torch.Generator,
-                 on: torch.device) -> Batch:
+def random_batch(
+    vocab_size: int, batch_size: int, max_length: int, generator: torch.Generator, on: torch.device
+) -> Batch:
     lengths = torch.randint(max_length // 2, max_length + 1, (2, batch_size), generator=generator)
     sources = [torch.randint(3, vocab_size, (int(n),), generator=generator).tolist() for n in lengths[0]]
     targets = [torch.randint(3, vocab_size, (int(n),), generator=generator).tolist() for n in lengths[1]]
     return make_batch(sources, targets, device=on)
 
 
-def tokens_per_second(model: nn.Module, forward: Callable[[Batch], Tensor], batches: list[Batch],
-                      warmup_steps: int) -> float:
+def tokens_per_second(
+    model: nn.Module, forward: Callable[[Batch], Tensor], batches: list[Batch], warmup_steps: int
+) -> float:
     """Time full training steps (after warm-up steps that are not counted); return target tokens/s."""
     loss_function = LabelSmoothingLoss(0.1)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
@@ -105,13 +110,19 @@ def main() -> None:
 
     on = device()
     seed_everything(0)
-    config = {"d_model": args.d_model, "num_heads": args.heads, "num_layers": args.layers, "d_ff": args.d_ff,
-              "dropout": args.dropout}
+    config = {
+        "d_model": args.d_model,
+        "num_heads": args.heads,
+        "num_layers": args.layers,
+        "d_ff": args.d_ff,
+        "dropout": args.dropout,
+    }
     book_model = make_transformer(args.vocab, args.vocab, **config).to(on)
     torch_model = TorchTransformer(args.vocab, **config).to(on)
     generator = torch.Generator().manual_seed(0)
-    batches = [random_batch(args.vocab, args.batch, args.length, generator, on)
-               for _ in range(args.warmup + args.steps)]
+    batches = [
+        random_batch(args.vocab, args.batch, args.length, generator, on) for _ in range(args.warmup + args.steps)
+    ]
 
     def book_forward(batch: Batch) -> Tensor:
         logits: Tensor = book_model(batch.source, batch.target_input, batch.source_mask, batch.target_mask)
@@ -128,8 +139,10 @@ def main() -> None:
         theirs = tokens_per_second(torch_model, torch_model, batches, args.warmup)
         best_book, best_torch = max(best_book, book), max(best_torch, theirs)
         print(f"{round_index + 1:>5} {book:>14,.0f} {theirs:>24,.0f} {theirs / book:>6.2f}")
-    print(f"best of {args.rounds}: book {best_book:,.0f} tokens/s, nn.Transformer {best_torch:,.0f} tokens/s, "
-          f"so the book's model takes {best_torch / best_book:.2f}x nn.Transformer's time per token")
+    print(
+        f"best of {args.rounds}: book {best_book:,.0f} tokens/s, nn.Transformer {best_torch:,.0f} tokens/s, "
+        f"so the book's model takes {best_torch / best_book:.2f}x nn.Transformer's time per token"
+    )
 
 
 if __name__ == "__main__":

@@ -103,6 +103,7 @@ def _execute(
         raise ChapterFailed(f"chapter {source.name} failed:\n{error}") from None
     return Execution(source, time.perf_counter() - start, notebook)
 
+
 def repository_url() -> str:
     """The book's repository, from ``_config.yml``: the Colab links and the bootstrap cell use it."""
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
@@ -125,7 +126,7 @@ def colab_bootstrap() -> str:
     """The first cell of every chapter: under Colab only, install the companion package's release
     ``v<version>`` (a git tag, made by the release workflow once CI passes on main), without
     dependencies so that Colab's own torch is kept."""
-    return f'''# Colab only: install the release of the book's companion package that this notebook was tested
+    return f"""# Colab only: install the release of the book's companion package that this notebook was tested
 # with. Torch is already there and is not reinstalled.
 import subprocess
 import sys
@@ -135,7 +136,7 @@ if "google.colab" in sys.modules:
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
          "git+{repository_url()}.git@v{package_version()}"],
         check=True,
-    )'''
+    )"""
 
 
 def write_or_check(expected: dict[Path, str], orphans: list[Path], check: bool, fix: str) -> int:

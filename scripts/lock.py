@@ -30,8 +30,20 @@ HEADER = """\
 def resolve() -> str:
     """uv's universal resolution of requirements.txt, with hashes and the "# via" annotations."""
     command = [
-        sys.executable, "-m", "uv", "pip", "compile", REQUIREMENTS.name, "--universal", "--python-version", "3.11",
-        "--generate-hashes", "--no-header", "--annotation-style", "split", "--quiet",
+        sys.executable,
+        "-m",
+        "uv",
+        "pip",
+        "compile",
+        REQUIREMENTS.name,
+        "--universal",
+        "--python-version",
+        "3.11",
+        "--generate-hashes",
+        "--no-header",
+        "--annotation-style",
+        "split",
+        "--quiet",
     ]
     return subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT).stdout
 

@@ -45,8 +45,9 @@ class ReadingTime:
 
 
 def prose_words(markdown: str) -> int:
-    lines = [line for line in markdown.splitlines()
-             if not re.match(r"^\s*(:\w[\w-]*:|```|:::|\(\w[\w-]*\)=)", line)]  # options, fences, labels
+    lines = [
+        line for line in markdown.splitlines() if not re.match(r"^\s*(:\w[\w-]*:|```|:::|\(\w[\w-]*\)=)", line)
+    ]  # options, fences, labels
     text = re.sub(r"<!--.*?-->", " ", "\n".join(lines), flags=re.S)
     text = re.sub(r"\{[\w:-]+\}`[^`]*`", "x", text)  # {doc}`x`, {glue:text}`key:.2f`: one word each
     return len(WORD.findall(text))
@@ -70,8 +71,10 @@ def table(times: list[ReadingTime]) -> str:
         flag = "" if minutes <= BUDGET_MINUTES else f" (over {BUDGET_MINUTES})"
         rows.append(f"| {time.chapter} | {time.words:,} | {time.code_lines:,} | {minutes}{flag} |")
     total = sum(time.minutes for time in times)
-    rows.append(f"| **all {len(times)}** | {sum(t.words for t in times):,} | {sum(t.code_lines for t in times):,} "
-                f"| {math.ceil(total)} ({total / 60:.1f} h) |")
+    rows.append(
+        f"| **all {len(times)}** | {sum(t.words for t in times):,} | {sum(t.code_lines for t in times):,} "
+        f"| {math.ceil(total)} ({total / 60:.1f} h) |"
+    )
     return "\n".join(rows)
 
 

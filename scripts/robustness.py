@@ -36,10 +36,26 @@ from typing import Any
 from chapters import BOOK, ROOT, ChapterFailed, execute_chapter
 
 #: Chapters whose checks rest on training or sampling, and so can differ from run to run.
-STOCHASTIC = ["sequential-bottleneck", "scaled-dot-product", "self-attention", "multi-head-attention",
-              "positional-encoding", "block-anatomy", "batching", "training", "translation", "decoding", "tokenization",
-              "decoder-only", "encoder-only", "vision-transformer", "text-to-text",
-              "relative-positions", "efficient-attention", "precision-and-memory"]
+STOCHASTIC = [
+    "sequential-bottleneck",
+    "scaled-dot-product",
+    "self-attention",
+    "multi-head-attention",
+    "positional-encoding",
+    "block-anatomy",
+    "batching",
+    "training",
+    "translation",
+    "decoding",
+    "tokenization",
+    "decoder-only",
+    "encoder-only",
+    "vision-transformer",
+    "text-to-text",
+    "relative-positions",
+    "efficient-attention",
+    "precision-and-memory",
+]
 
 
 @dataclass(frozen=True)
@@ -83,7 +99,11 @@ def run(setting: Setting) -> Outcome:
         except ChapterFailed as failure:
             error = failing_line(str(failure))
         except Exception as failure:  # a cell timeout or a dead kernel: one lost run, not the whole table
-            error = f"{type(failure).__name__}: {str(failure).strip().splitlines()[-1] if str(failure).strip() else ''}"[:400]
+            error = (
+                f"{type(failure).__name__}: {str(failure).strip().splitlines()[-1] if str(failure).strip() else ''}"[
+                    :400
+                ]
+            )
         seconds = time.perf_counter() - start
         claims = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     return Outcome(setting, seconds, claims, error)
@@ -139,9 +159,11 @@ def report(outcomes: list[Outcome], settings_per_chapter: dict[str, int]) -> Non
         # A claim checked in a loop appears several times a run; a claim a run never reached counts as failed.
         denominator = max(len(records), runs)
         shown = claim if len(claim) <= 70 else claim[:67] + "..."
-        print(f"{chapter:<22} {shown:<70} {passed:>4}/{denominator:<4} {min(values):>10.4g} "
-              f"{statistics.median(values):>10.4g} {max(values):>10.4g} {threshold_text(records[0]):>18} "
-              f"{(f'{min(margins):.4g}' if margins else '-'):>11}")
+        print(
+            f"{chapter:<22} {shown:<70} {passed:>4}/{denominator:<4} {min(values):>10.4g} "
+            f"{statistics.median(values):>10.4g} {max(values):>10.4g} {threshold_text(records[0]):>18} "
+            f"{(f'{min(margins):.4g}' if margins else '-'):>11}"
+        )
 
     crashes = [outcome for outcome in outcomes if outcome.error]
     if crashes:
@@ -149,8 +171,10 @@ def report(outcomes: list[Outcome], settings_per_chapter: dict[str, int]) -> Non
         for outcome in crashes:
             print(f"  {outcome.setting.label}: {outcome.error}")
     failed = sum(not record["passed"] for records in by_claim.values() for record in records)
-    print(f"\n{len(by_claim)} claims, {sum(len(r) for r in by_claim.values())} checks, {failed} failed, "
-          f"{len(crashes)} runs raised.")
+    print(
+        f"\n{len(by_claim)} claims, {sum(len(r) for r in by_claim.values())} checks, {failed} failed, "
+        f"{len(crashes)} runs raised."
+    )
 
 
 def main(arguments: list[str]) -> int:
@@ -159,8 +183,12 @@ def main(arguments: list[str]) -> int:
     parser.add_argument("--seeds", type=int, default=10, help="BOOK_SEED = 0 .. SEEDS-1 (default 10)")
     parser.add_argument("--first-seed", type=int, default=0, help="start the seeds here (default 0)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4], help="CPU thread counts (default 1 2 4)")
-    parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2),
-                        help="chapters run at once (default: half the CPU cores)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=max(1, (os.cpu_count() or 2) // 2),
+        help="chapters run at once (default: half the CPU cores)",
+    )
     parser.add_argument("--no-cuda", action="store_true", help="skip the CUDA runs even where a GPU is present")
     options = parser.parse_args(arguments)
 
@@ -177,8 +205,11 @@ def main(arguments: list[str]) -> int:
     for setting in settings:
         per_chapter[setting.chapter.stem] += 1
 
-    print(f"{len(settings)} runs: {len(chapters)} chapters x {options.seeds} seeds x "
-          f"{'/'.join(map(str, options.threads))} threads on {', '.join(devices)}, {options.jobs} at a time", flush=True)
+    print(
+        f"{len(settings)} runs: {len(chapters)} chapters x {options.seeds} seeds x "
+        f"{'/'.join(map(str, options.threads))} threads on {', '.join(devices)}, {options.jobs} at a time",
+        flush=True,
+    )
     start = time.perf_counter()
     outcomes: list[Outcome] = []
     with ThreadPoolExecutor(max_workers=options.jobs) as pool:
@@ -187,9 +218,16 @@ def main(arguments: list[str]) -> int:
             outcome = future.result()
             outcomes.append(outcome)
             failed = [record["claim"] for record in outcome.claims if not record["passed"]]
-            status = "raised: " + outcome.error if outcome.error else (f"{len(failed)} failed: " + "; ".join(failed) if failed else "all held")
-            print(f"[{len(outcomes)}/{len(settings)}] {outcome.setting.label}: {outcome.seconds:.0f} s, "
-                  f"{len(outcome.claims)} checks, {status}", flush=True)
+            status = (
+                "raised: " + outcome.error
+                if outcome.error
+                else (f"{len(failed)} failed: " + "; ".join(failed) if failed else "all held")
+            )
+            print(
+                f"[{len(outcomes)}/{len(settings)}] {outcome.setting.label}: {outcome.seconds:.0f} s, "
+                f"{len(outcome.claims)} checks, {status}",
+                flush=True,
+            )
     report(outcomes, per_chapter)
     elapsed = time.perf_counter() - start
     print(f"sweep time: {elapsed / 60:.1f} min wall, {sum(o.seconds for o in outcomes) / 60:.1f} min of chapter runs")

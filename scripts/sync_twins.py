@@ -30,7 +30,9 @@ BOOTSTRAP_CELL = re.compile(r"(```\{code-cell\} ipython3\n:tags: \[remove-cell\]
 
 def with_current_bootstrap(chapter: Path) -> str:
     """The chapter's text with its bootstrap cell as colab_bootstrap() writes it today."""
-    return BOOTSTRAP_CELL.sub(lambda match: match[1] + colab_bootstrap() + "\n" + match[2], chapter.read_text(), count=1)
+    return BOOTSTRAP_CELL.sub(
+        lambda match: match[1] + colab_bootstrap() + "\n" + match[2], chapter.read_text(), count=1
+    )
 
 
 def twin_text(chapter: Path) -> str:

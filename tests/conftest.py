@@ -32,8 +32,11 @@ class BookBuild:
         for line in plain.splitlines():
             if re.search(r"\b(WARNING|ERROR|CRITICAL)\b", line):
                 entries.append(line)
-            elif entries and not re.match(r"^(reading sources|writing output|\S+\.md: Executing|checking|copying|"
-                                          r"looking for|pickling|preparing|highlighting|dumping|build finished)", line):
+            elif entries and not re.match(
+                r"^(reading sources|writing output|\S+\.md: Executing|checking|copying|"
+                r"looking for|pickling|preparing|highlighting|dumping|build finished)",
+                line,
+            ):
                 entries[-1] += "\n" + line
         return entries
 
@@ -60,7 +63,9 @@ def build_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
         return tmp_path_factory.mktemp("book")
     output = Path(chosen).resolve()
     if output.exists() and any(output.iterdir()):
-        pytest.fail(f"{BUILD_OUTPUT_VARIABLE}={output} is not empty: the book must build from an empty cache", pytrace=False)
+        pytest.fail(
+            f"{BUILD_OUTPUT_VARIABLE}={output} is not empty: the book must build from an empty cache", pytrace=False
+        )
     output.mkdir(parents=True, exist_ok=True)
     return output
 
@@ -70,8 +75,16 @@ def book_build(tmp_path_factory: pytest.TempPathFactory) -> BookBuild:
     """Build the book once, exactly as `make book` does but into a fresh folder, so no cache is reused."""
     output = build_output(tmp_path_factory)
     command = [
-        str(Path(sys.executable).parent / "jupyter-book"), "build", str(ROOT),
-        "--builder", "html", "--path-output", str(output), "-W", "-n", "--keep-going",
+        str(Path(sys.executable).parent / "jupyter-book"),
+        "build",
+        str(ROOT),
+        "--builder",
+        "html",
+        "--path-output",
+        str(output),
+        "-W",
+        "-n",
+        "--keep-going",
     ]
     result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
     return BookBuild(result.returncode, result.stdout + result.stderr, output / "_build" / "html")
@@ -87,7 +100,9 @@ def _skip_pages_of_failed_chapters(request: pytest.FixtureRequest) -> None:
         return
     build: BookBuild = request.getfixturevalue("book_build")
     if source.stem in build.failed_chapters:
-        pytest.skip(f"{source.stem} failed to execute in the build: see test_build.py::test_chapter_builds_cleanly[{source.stem}]")
+        pytest.skip(
+            f"{source.stem} failed to execute in the build: see test_build.py::test_chapter_builds_cleanly[{source.stem}]"
+        )
 
 
 @pytest.fixture(scope="session")
@@ -118,6 +133,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     the site tests, then the Colab twins. A broken function is reported in a minute or two, not
     after the minutes of chapter execution. The sort is stable, so file order holds
     within each stage."""
+
     def stage(item: pytest.Item) -> int:
         if item.get_closest_marker("chapter"):
             return 2

@@ -15,10 +15,34 @@ from chapters import ROOT
 
 def test_benchmark_script_prints_both_throughputs() -> None:
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "benchmark_training.py"), "--d-model", "16", "--heads", "2",
-         "--layers", "1", "--d-ff", "32", "--vocab", "20", "--batch", "4", "--length", "6", "--steps", "2",
-         "--warmup", "1", "--rounds", "1"],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "benchmark_training.py"),
+            "--d-model",
+            "16",
+            "--heads",
+            "2",
+            "--layers",
+            "1",
+            "--d-ff",
+            "32",
+            "--vocab",
+            "20",
+            "--batch",
+            "4",
+            "--length",
+            "6",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--rounds",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert "UserWarning" not in result.stderr, result.stderr

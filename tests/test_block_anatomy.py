@@ -31,6 +31,7 @@ def torch_layer_norm(d_model: int, eps: float = 1e-5, seed: int = 0) -> nn.Layer
 
 # --- feed-forward network ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("shape", [(16,), (3, 16), (2, 5, 16), (2, 3, 4, 16)])
 def test_feed_forward_keeps_the_shape(shape: tuple[int, ...]) -> None:
     ffn = PositionwiseFeedForward(16, 40)
@@ -78,18 +79,23 @@ def test_feed_forward_matches_pytorch_encoder_layer(activation: str) -> None:
 
 def test_load_torch_feed_forward_rejects_other_sizes_and_activations() -> None:
     theirs = nn.TransformerEncoderLayer(12, 3, 20, dropout=0.0, batch_first=True)
-    with pytest.raises(ValueError, match=re.escape("sizes differ: theirs maps 12 -> 20 -> 12, ours maps 12 -> 24 -> 12")):
+    with pytest.raises(
+        ValueError, match=re.escape("sizes differ: theirs maps 12 -> 20 -> 12, ours maps 12 -> 24 -> 12")
+    ):
         load_torch_feed_forward(PositionwiseFeedForward(12, 24), theirs)
     with pytest.raises(ValueError, match="theirs uses activation 'relu', ours uses 'gelu'"):
         load_torch_feed_forward(PositionwiseFeedForward(12, 20, activation="gelu"), theirs)
 
 
 def test_feed_forward_rejects_a_wrong_width() -> None:
-    with pytest.raises(ValueError, match=re.escape("x must have shape (..., d_model) with d_model=8, got shape (2, 7)")):
+    with pytest.raises(
+        ValueError, match=re.escape("x must have shape (..., d_model) with d_model=8, got shape (2, 7)")
+    ):
         PositionwiseFeedForward(8, 16)(torch.randn(2, 7))
 
 
 # --- LayerNorm --------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(("shape", "eps"), [((4,), 1e-5), ((3, 5), 1e-5), ((2, 6, 512), 1e-6), ((2, 3, 4, 7), 1e-3)])
 def test_layer_norm_matches_pytorch(shape: tuple[int, ...], eps: float) -> None:
@@ -132,6 +138,7 @@ def test_layer_norm_rejects_bad_arguments() -> None:
 
 # --- SublayerConnection -------------------------------------------------------------------------
 
+
 def by_hand_layer_norm(x: torch.Tensor, norm: LayerNorm) -> torch.Tensor:
     mean = x.mean(-1, keepdim=True)
     variance = x.var(-1, unbiased=False, keepdim=True)
@@ -151,7 +158,7 @@ def test_sublayer_connection_formulas(norm_first: bool) -> None:
         got = connection(x, sublayer)
         if norm_first:  # pre-LN: x + Sublayer(LayerNorm(x))
             expected = x + sublayer(by_hand_layer_norm(x, connection.norm))
-        else:           # post-LN, the paper: LayerNorm(x + Sublayer(x))
+        else:  # post-LN, the paper: LayerNorm(x + Sublayer(x))
             expected = by_hand_layer_norm(x + sublayer(x), connection.norm)
     assert (got - expected).abs().max() < 1e-5
 
@@ -183,6 +190,7 @@ def test_dropout_is_not_applied_to_the_residual_path() -> None:
 
 
 # --- validators -----------------------------------------------------------------------------------
+
 
 def test_validators_raise_clear_errors() -> None:
     with pytest.raises(ValueError, match=re.escape("unknown activation 'tanh'; choose one of 'relu', 'gelu'")):

@@ -20,8 +20,8 @@ def test_book_builds_without_warnings(book_build) -> None:
     if book_build.failed_chapters:  # a timed-out chapter's kernel is killed, and logs its death: part of that failure
         others = [warning for warning in others if not warning.startswith("[IPKernelApp] ERROR")]
     assert not others, "the book build warned outside its chapters:\n" + "\n".join(others)
-    assert book_build.returncode == 0 or chapters, (
-        "the book build failed without a warning:\n" + "\n".join(book_build.log.splitlines()[-40:])
+    assert book_build.returncode == 0 or chapters, "the book build failed without a warning:\n" + "\n".join(
+        book_build.log.splitlines()[-40:]
     )
 
 
@@ -33,7 +33,9 @@ def test_chapter_builds_cleanly(book_build, page: Path) -> None:
     if page.stem in book_build.failed_chapters:
         reason = next(warning for warning in warnings if "Executing notebook failed" in warning)
         claim = re.search(r"^\w*(?:Error|Failed): [\s\S]*?(?=\n\S*Traceback|\Z)", reason, re.M)
-        pytest.fail(f"{page.name} failed to execute in the build:\n{claim.group(0) if claim else reason}", pytrace=False)
+        pytest.fail(
+            f"{page.name} failed to execute in the build:\n{claim.group(0) if claim else reason}", pytrace=False
+        )
     assert not warnings, f"{page.name} built with warnings:\n" + "\n".join(warnings)
 
 
@@ -47,6 +49,8 @@ def test_every_toc_page_is_built(book_build, page: Path) -> None:
 def test_colab_button_opens_the_chapters_notebook(book_build, chapter: Path) -> None:
     html = book_build.html / chapter.relative_to(ROOT).with_suffix(".html")
     soup = BeautifulSoup(html.read_text(), "html.parser")
-    links = [anchor["href"] for anchor in soup.find_all("a", href=True) if "colab.research.google.com" in anchor["href"]]
+    links = [
+        anchor["href"] for anchor in soup.find_all("a", href=True) if "colab.research.google.com" in anchor["href"]
+    ]
     expected = colab_url(chapter)
     assert links == [expected], f"{chapter.name}: Colab links {links}, expected [{expected}]"

@@ -26,5 +26,8 @@ def test_a_failed_check_is_reported_by_its_claim_value_and_run() -> None:
 
 
 def test_any_other_error_is_reported_by_its_last_line() -> None:
-    assert _error_line("Traceback\n  File x\nZeroDivisionError: division by zero\n") == "ZeroDivisionError: division by zero"
+    assert (
+        _error_line("Traceback\n  File x\nZeroDivisionError: division by zero\n")
+        == "ZeroDivisionError: division by zero"
+    )
     assert _error_line("") == "unknown error"

@@ -48,7 +48,9 @@ def test_chapter_runs_like_in_colab(chapter: Path) -> None:
     except ChapterFailed as failure:
         pytest.fail(str(failure), pytrace=False)
     stream = "".join(
-        output.get("text", "") for cell in execution.notebook.cells for output in cell.get("outputs", [])
+        output.get("text", "")
+        for cell in execution.notebook.cells
+        for output in cell.get("outputs", [])
         if output.get("output_type") == "stream"
     )
     # Without myst-nb, the book's glue() prints "key = value": proof that the fallback ran.

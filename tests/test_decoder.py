@@ -36,6 +36,7 @@ def torch_masks(source_mask: torch.Tensor) -> dict[str, torch.Tensor]:
 
 # --- shift_right -------------------------------------------------------------------------------
 
+
 def test_shift_right_puts_the_start_token_first_and_drops_the_last_target() -> None:
     targets = torch.tensor([[5, 6, 7, 2], [8, 2, 0, 0]])
     shifted = shift_right(targets, start_token=1)
@@ -59,14 +60,20 @@ def test_shift_right_rejects_float_targets() -> None:
         shift_right(torch.ones(2, 3), 1)
 
 
-@pytest.mark.parametrize(("start_token", "message"), [(1.5, "start_token must be an integer token id, got 1.5"),
-                                                      (-1, "start_token must be a non-negative token id, got -1")])
+@pytest.mark.parametrize(
+    ("start_token", "message"),
+    [
+        (1.5, "start_token must be an integer token id, got 1.5"),
+        (-1, "start_token must be a non-negative token id, got -1"),
+    ],
+)
 def test_shift_right_rejects_a_bad_start_token(start_token: float, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         shift_right(torch.ones(2, 3, dtype=torch.long), start_token)  # type: ignore[arg-type]
 
 
 # --- shapes ------------------------------------------------------------------------------------
+
 
 def test_decoder_layer_shapes_and_stored_weights() -> None:
     x, memory, source_mask = inputs()
@@ -79,8 +86,8 @@ def test_decoder_layer_shapes_and_stored_weights() -> None:
     assert not layer.cross_attention_weights.requires_grad
     # Default self-attention mask is causal; the memory mask hides the padded source positions.
     assert (layer.self_attention_weights.triu(diagonal=1) == 0).all()
-    assert (layer.cross_attention_weights[1, ..., SOURCE_LENGTHS[1]:] == 0).all()
-    assert (layer.cross_attention_weights[1, ..., :SOURCE_LENGTHS[1]] > 0).all()
+    assert (layer.cross_attention_weights[1, ..., SOURCE_LENGTHS[1] :] == 0).all()
+    assert (layer.cross_attention_weights[1, ..., : SOURCE_LENGTHS[1]] > 0).all()
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -106,6 +113,7 @@ def test_parameter_count_of_a_paper_size_layer() -> None:
 
 # --- causality and padding ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("t", range(M))
 def test_changing_a_later_input_leaves_every_earlier_output_identical(t: int, norm_first: bool) -> None:
@@ -115,9 +123,10 @@ def test_changing_a_later_input_leaves_every_earlier_output_identical(t: int, no
     changed = x.clone()
     changed[:, t] += torch.randn(D_MODEL)
     with torch.no_grad():
-        difference = (decoder(changed, memory, source_mask=source_mask)
-                      - decoder(x, memory, source_mask=source_mask)).abs()
-    assert (difference[:, :t] == 0).all()          # exactly: masked weights are exactly zero
+        difference = (
+            decoder(changed, memory, source_mask=source_mask) - decoder(x, memory, source_mask=source_mask)
+        ).abs()
+    assert (difference[:, :t] == 0).all()  # exactly: masked weights are exactly zero
     assert (difference[:, t:].amax(dim=-1) > 1e-4).all()
 
 
@@ -129,8 +138,9 @@ def test_without_the_causal_mask_earlier_outputs_do_change() -> None:
     changed[:, -1] += 1.0
     everywhere = torch.ones(1, M, M, dtype=torch.bool)
     with torch.no_grad():
-        difference = (decoder(changed, memory, source_mask, everywhere)
-                      - decoder(x, memory, source_mask, everywhere)).abs()
+        difference = (
+            decoder(changed, memory, source_mask, everywhere) - decoder(x, memory, source_mask, everywhere)
+        ).abs()
     assert difference[:, 0].max() > 1e-4
 
 
@@ -146,7 +156,7 @@ def test_prediction_i_never_depends_on_target_i_after_the_shift() -> None:
             changed = targets.clone()
             changed[0, t] = 2
             output = decoder(embedding(shift_right(changed, 1)), memory)
-            assert torch.equal(output[:, :t + 1], original[:, :t + 1])
+            assert torch.equal(output[:, : t + 1], original[:, : t + 1])
 
 
 def test_memory_padding_does_not_leak() -> None:
@@ -154,7 +164,7 @@ def test_memory_padding_does_not_leak() -> None:
     x, memory, source_mask = inputs()
     decoder = Decoder(LAYERS, D_MODEL, HEADS, D_FF).eval()
     changed = memory.clone()
-    changed[1, SOURCE_LENGTHS[1]:] = torch.randn(N - SOURCE_LENGTHS[1], D_MODEL)  # padded positions only
+    changed[1, SOURCE_LENGTHS[1] :] = torch.randn(N - SOURCE_LENGTHS[1], D_MODEL)  # padded positions only
     with torch.no_grad():
         original = decoder(x, memory, source_mask=source_mask)
         assert torch.equal(decoder(x, changed, source_mask=source_mask), original)
@@ -178,7 +188,7 @@ def test_target_padding_needs_no_extra_mask() -> None:
     torch.manual_seed(0)
     x, memory, source_mask = inputs()
     decoder = Decoder(LAYERS, D_MODEL, HEADS, D_FF).eval()
-    real = 3                                              # positions 3.. are padding
+    real = 3  # positions 3.. are padding
     changed = x.clone()
     changed[:, real:] = torch.randn(BATCH, M - real, D_MODEL)
     with torch.no_grad():
@@ -188,13 +198,17 @@ def test_target_padding_needs_no_extra_mask() -> None:
 
 # --- agreement with PyTorch --------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_decoder_layer_agrees_with_nn_transformer_decoder_layer(norm_first: bool, activation: str) -> None:
     torch.manual_seed(0)
     x, memory, source_mask = inputs()
-    theirs = nudge(nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF, dropout=0.0, activation=activation,
-                                              batch_first=True, norm_first=norm_first))
+    theirs = nudge(
+        nn.TransformerDecoderLayer(
+            D_MODEL, HEADS, D_FF, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first
+        )
+    )
     ours = DecoderLayer(D_MODEL, HEADS, D_FF, activation=activation, norm_first=norm_first)
     load_torch_decoder_layer(ours, theirs)
     with torch.no_grad():
@@ -207,8 +221,9 @@ def test_decoder_layer_agrees_with_nn_transformer_decoder_layer(norm_first: bool
 def test_decoder_agrees_with_nn_transformer_decoder(norm_first: bool, activation: str) -> None:
     torch.manual_seed(0)
     x, memory, source_mask = inputs()
-    layer = nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF, dropout=0.0, activation=activation,
-                                       batch_first=True, norm_first=norm_first)
+    layer = nn.TransformerDecoderLayer(
+        D_MODEL, HEADS, D_FF, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first
+    )
     theirs = nudge(nn.TransformerDecoder(layer, LAYERS, norm=nn.LayerNorm(D_MODEL) if norm_first else None))
     ours = Decoder(LAYERS, D_MODEL, HEADS, D_FF, activation=activation, norm_first=norm_first)
     load_torch_decoder(ours, theirs)
@@ -254,6 +269,7 @@ def test_load_torch_decoder_rejects_a_final_norm_on_one_side_only() -> None:
 
 # --- constructor and input errors --------------------------------------------------------------
 
+
 @pytest.mark.parametrize("num_layers", [0, -1, 2.5])
 def test_decoder_rejects_a_bad_number_of_layers(num_layers: int) -> None:
     with pytest.raises(ValueError, match="num_layers must be a positive integer"):
@@ -297,14 +313,15 @@ def test_masks_of_the_wrong_shape_or_dtype_are_rejected(module: nn.Module) -> No
     with pytest.raises(ValueError, match=r"mask must have 3 dimensions"):
         module(x, memory, source_mask, target_mask=causal_mask(M))
     with pytest.raises(ValueError, match=r"mask of shape \(2, 1, 5\) does not broadcast"):
-        module(x, memory, source_mask=padding_mask(torch.tensor([5, 3]), 5))   # padded to M, not N
+        module(x, memory, source_mask=padding_mask(torch.tensor([5, 3]), 5))  # padded to M, not N
     with pytest.raises(ValueError, match="give one mask for all heads"):
-        module(x, memory, source_mask=source_mask[:, None])                     # with a head dimension
+        module(x, memory, source_mask=source_mask[:, None])  # with a head dimension
     with pytest.raises(ValueError, match="mask must be a bool tensor"):
         module(x, memory, target_mask=causal_mask(M)[None].float())
 
 
 # --- a decoder without cross-attention (decoder-only models) ---------------------------------------
+
 
 def test_a_decoder_without_cross_attention_has_two_sub_layers_and_takes_no_memory() -> None:
     x, memory, _ = inputs()

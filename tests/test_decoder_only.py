@@ -30,8 +30,9 @@ VOCAB, D_MODEL, HEADS, LAYERS, D_FF, MAX_LEN = 23, 16, 4, 2, 32, 12
 
 def small_model(seed: int = 0) -> DecoderOnlyTransformer:
     torch.manual_seed(seed)
-    return DecoderOnlyTransformer(VOCAB, d_model=D_MODEL, num_heads=HEADS, num_layers=LAYERS, d_ff=D_FF,
-                                  max_len=MAX_LEN).eval()
+    return DecoderOnlyTransformer(
+        VOCAB, d_model=D_MODEL, num_heads=HEADS, num_layers=LAYERS, d_ff=D_FF, max_len=MAX_LEN
+    ).eval()
 
 
 def test_logits_have_one_distribution_per_position() -> None:
@@ -77,8 +78,9 @@ def test_bad_sizes_are_refused() -> None:
 def test_a_layer_matches_pytorchs_encoder_layer_with_a_causal_mask() -> None:
     torch.manual_seed(1)
     ours = Decoder(1, D_MODEL, HEADS, D_FF, activation="gelu", norm_first=True, cross_attention=False).layers[0]
-    theirs = nn.TransformerEncoderLayer(D_MODEL, HEADS, D_FF, dropout=0.0, activation="gelu", batch_first=True,
-                                        norm_first=True)
+    theirs = nn.TransformerEncoderLayer(
+        D_MODEL, HEADS, D_FF, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+    )
     load_torch_decoder_only_layer(ours, theirs)
     x = torch.randn(2, 6, D_MODEL)
     with torch.no_grad():
@@ -122,8 +124,13 @@ def test_the_training_loop_lowers_the_loss_on_a_repeating_stream() -> None:
     model = small_model().train()
     ids = torch.tensor([3, 5, 7, 11] * 50)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    history = train(model, language_model_batches(ids, batch_size=4, context=8, seed=0), steps=60,
-                    optimizer=optimizer, loss_function=LabelSmoothingLoss(0.0, ignore_index=-1))
+    history = train(
+        model,
+        language_model_batches(ids, batch_size=4, context=8, seed=0),
+        steps=60,
+        optimizer=optimizer,
+        loss_function=LabelSmoothingLoss(0.0, ignore_index=-1),
+    )
     assert history.losses[-1] < 0.2 * history.losses[0]
     assert validation_loss(model, ids, context=8) < 0.3
 
@@ -139,8 +146,9 @@ def test_unigram_and_bigram_are_distributions_without_zeros() -> None:
 
 def test_the_bigram_tends_to_the_pair_counts_as_alpha_shrinks() -> None:
     ids = torch.tensor([1, 2, 1, 2, 1, 3])
-    assert torch.allclose(bigram_probabilities(ids, 5, alpha=1e-9)[1, [2, 3]],
-                          torch.tensor([2 / 3, 1 / 3], dtype=torch.float64))
+    assert torch.allclose(
+        bigram_probabilities(ids, 5, alpha=1e-9)[1, [2, 3]], torch.tensor([2 / 3, 1 / 3], dtype=torch.float64)
+    )
 
 
 def test_validation_loss_is_the_mean_cross_entropy_of_the_whole_windows() -> None:

@@ -30,8 +30,17 @@ VOCAB = 11
 
 def tiny_model(norm_first: bool = False, vocab: int = VOCAB, seed: int = 0, max_len: int = 64) -> Transformer:
     torch.manual_seed(seed)
-    model = make_transformer(vocab, vocab, d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.0,
-                             norm_first=norm_first, max_len=max_len)
+    model = make_transformer(
+        vocab,
+        vocab,
+        d_model=16,
+        num_heads=2,
+        num_layers=2,
+        d_ff=32,
+        dropout=0.0,
+        norm_first=norm_first,
+        max_len=max_len,
+    )
     # Sharpen the untrained logits a little, so that decoders face real choices rather than near-ties.
     with torch.no_grad():
         model.generator.projection.weight.mul_(3.0)
@@ -47,6 +56,7 @@ def padded_sources(lengths: list[int], seed: int = 1, vocab: int = VOCAB) -> tup
 
 
 # --- the key-value cache ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 @pytest.mark.parametrize("end_id", [END_ID, None])
@@ -142,18 +152,30 @@ def test_greedy_decode_stops_at_the_end_of_the_positional_table() -> None:
 def test_generate_applies_choose_and_stops_at_the_end_token() -> None:
     model = tiny_model()
     source, source_mask = padded_sources([4, 2])
-    always_end = generate(model, source, source_mask, max_new_tokens=5, choose=lambda logits: torch.full_like(
-        logits[:, 0], END_ID, dtype=torch.long))
+    always_end = generate(
+        model,
+        source,
+        source_mask,
+        max_new_tokens=5,
+        choose=lambda logits: torch.full_like(logits[:, 0], END_ID, dtype=torch.long),
+    )
     assert always_end == [[], []]
-    always_seven = generate(model, source, source_mask, max_new_tokens=4, end_id=None,
-                            choose=lambda logits: torch.full_like(logits[:, 0], 7, dtype=torch.long))
+    always_seven = generate(
+        model,
+        source,
+        source_mask,
+        max_new_tokens=4,
+        end_id=None,
+        choose=lambda logits: torch.full_like(logits[:, 0], 7, dtype=torch.long),
+    )
     assert always_seven == [[7, 7, 7, 7], [7, 7, 7, 7]]
 
 
 # --- beam search --------------------------------------------------------------------------------
 
+
 def test_length_penalty_values() -> None:
-    assert length_penalty(1, 0.6) == 1.0          # (5 + 1) / 6 = 1 whatever alpha is
+    assert length_penalty(1, 0.6) == 1.0  # (5 + 1) / 6 = 1 whatever alpha is
     assert length_penalty(30, 0.0) == 1.0
     assert length_penalty(13, 1.0) == pytest.approx(3.0)
     assert length_penalty(20, 0.6) == pytest.approx((25 / 6) ** 0.6)
@@ -169,7 +191,9 @@ def test_beam_of_one_without_penalty_is_greedy_decoding(norm_first: bool) -> Non
         assert beam_search(model, source, max_new_tokens=8, beam_size=1, alpha=0.0) == expected
 
 
-def exhaustive_best(model: Transformer, source: torch.Tensor, vocab: int, max_new_tokens: int, alpha: float) -> list[int]:
+def exhaustive_best(
+    model: Transformer, source: torch.Tensor, vocab: int, max_new_tokens: int, alpha: float
+) -> list[int]:
     """The output with the best log P(Y + END | X) / lp(|Y| + 1) among all outputs of up to max_new_tokens - 1 tokens."""
     tokens = [token for token in range(vocab) if token != END_ID]
     outputs = [list(output) for length in range(max_new_tokens) for output in itertools.product(tokens, repeat=length)]
@@ -178,8 +202,10 @@ def exhaustive_best(model: Transformer, source: torch.Tensor, vocab: int, max_ne
         logits = model(batch.source, batch.target_input, batch.source_mask, batch.target_mask)
         log_probs = torch.log_softmax(logits, dim=-1)
     token_log_probs = log_probs.gather(-1, batch.target_output.unsqueeze(-1)).squeeze(-1)
-    scores = [token_log_probs[row, : len(output) + 1].sum().item() / length_penalty(len(output) + 1, alpha)
-              for row, output in enumerate(outputs)]
+    scores = [
+        token_log_probs[row, : len(output) + 1].sum().item() / length_penalty(len(output) + 1, alpha)
+        for row, output in enumerate(outputs)
+    ]
     return outputs[max(range(len(outputs)), key=scores.__getitem__)]
 
 
@@ -216,6 +242,7 @@ def test_beam_search_returns_the_most_probable_prefix_when_nothing_ends() -> Non
 
 # --- sampling -----------------------------------------------------------------------------------
 
+
 def test_top_k_one_sampling_is_greedy_decoding() -> None:
     model = tiny_model()
     source, source_mask = padded_sources([7, 3, 5, 1, 6, 2])
@@ -238,8 +265,15 @@ def test_a_seeded_generator_repeats_its_samples() -> None:
     source, source_mask = padded_sources([7, 3, 5, 1, 6, 2])
 
     def draw(seed: int) -> list[list[int]]:
-        return sample_decode(model, source, source_mask, max_new_tokens=9, temperature=2.0, end_id=None,
-                             rng=torch.Generator().manual_seed(seed))
+        return sample_decode(
+            model,
+            source,
+            source_mask,
+            max_new_tokens=9,
+            temperature=2.0,
+            end_id=None,
+            rng=torch.Generator().manual_seed(seed),
+        )
 
     assert draw(0) == draw(0)
     assert draw(0) != draw(1)
@@ -250,8 +284,9 @@ def test_top_k_draws_only_among_the_k_most_probable_tokens() -> None:
     source, source_mask = padded_sources([5, 3, 6])
     rng = torch.Generator().manual_seed(0)
     # A huge temperature makes the top-k almost uniform, so every one of the k tokens gets drawn.
-    sampled = sample_decode(model, source, source_mask, max_new_tokens=8, temperature=1e4, top_k=3, end_id=None,
-                            rng=rng)
+    sampled = sample_decode(
+        model, source, source_mask, max_new_tokens=8, temperature=1e4, top_k=3, end_id=None, rng=rng
+    )
     batch = make_batch(source.tolist(), sampled)  # for target_input (START + samples) and target_output
     with torch.no_grad():
         logits = model(source, batch.target_input, source_mask)[:, :8]
@@ -266,11 +301,15 @@ EMPTY = torch.zeros(1, 0, dtype=torch.long)
 ONE = torch.tensor([[4, 5, 6]])
 
 
-@pytest.mark.parametrize("decode", [
-    lambda model, source, max_new_tokens: cached_greedy_decode(model, source, max_new_tokens=max_new_tokens),
-    lambda model, source, max_new_tokens: sample_decode(model, source, max_new_tokens=max_new_tokens),
-    lambda model, source, max_new_tokens: beam_search(model, source, max_new_tokens=max_new_tokens),
-], ids=["cached_greedy_decode", "sample_decode", "beam_search"])
+@pytest.mark.parametrize(
+    "decode",
+    [
+        lambda model, source, max_new_tokens: cached_greedy_decode(model, source, max_new_tokens=max_new_tokens),
+        lambda model, source, max_new_tokens: sample_decode(model, source, max_new_tokens=max_new_tokens),
+        lambda model, source, max_new_tokens: beam_search(model, source, max_new_tokens=max_new_tokens),
+    ],
+    ids=["cached_greedy_decode", "sample_decode", "beam_search"],
+)
 def test_decoders_reject_an_empty_source_and_max_new_tokens_below_one(decode) -> None:
     model = tiny_model()
     with pytest.raises(ValueError, match="the source is empty"):
@@ -350,6 +389,7 @@ def test_sample_decode_rejects_a_top_k_that_is_not_a_positive_integer(top_k) -> 
 
 
 # --- sample_token and a decoder without a source ---------------------------------------------------
+
 
 def test_sample_token_draws_one_id_per_row_among_the_top_k() -> None:
     logits = torch.tensor([[0.0, 5.0, 4.0, -1.0], [3.0, 0.0, 0.0, 2.0]]).repeat(50, 1)

@@ -15,9 +15,11 @@ BATCH, HEADS, N, M, D_K, D_V = 2, 3, 37, 53, 8, 5  # lengths that no tile size b
 
 def random_qkv(n: int = N, m: int = M, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
-    return (torch.randn(BATCH, HEADS, n, D_K, generator=generator),
-            torch.randn(BATCH, HEADS, m, D_K, generator=generator),
-            torch.randn(BATCH, HEADS, m, D_V, generator=generator))
+    return (
+        torch.randn(BATCH, HEADS, n, D_K, generator=generator),
+        torch.randn(BATCH, HEADS, m, D_K, generator=generator),
+        torch.randn(BATCH, HEADS, m, D_V, generator=generator),
+    )
 
 
 def band(n: int, window: int, causal: bool = False) -> torch.Tensor:
@@ -28,6 +30,7 @@ def band(n: int, window: int, causal: bool = False) -> torch.Tensor:
 
 
 # --- exact attention, tile by tile ---------------------------------------------------------------
+
 
 @pytest.mark.parametrize("block_q, block_k", [(256, 256), (1, 1), (7, 16), (16, 7), (100, 100)])
 @pytest.mark.parametrize("causal", [False, True])
@@ -77,8 +80,12 @@ def test_window_of_one_returns_each_position_its_own_value():
 
 def test_window_covering_the_sequence_is_exact_attention():
     query, key, value = random_qkv(n=M)
-    torch.testing.assert_close(flash_attention(query, key, value, window=M),
-                               F.scaled_dot_product_attention(query, key, value), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        flash_attention(query, key, value, window=M),
+        F.scaled_dot_product_attention(query, key, value),
+        atol=1e-6,
+        rtol=1e-5,
+    )
 
 
 def test_leading_dimensions_broadcast_and_unbatched_inputs_work():
@@ -89,8 +96,9 @@ def test_leading_dimensions_broadcast_and_unbatched_inputs_work():
     assert ours.shape == (BATCH, HEADS, N, D_V)
     torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-5)
     unbatched = flash_attention(query[0, 0], key[0, 0], value[0, 0], block_q=5, block_k=9)
-    torch.testing.assert_close(unbatched, F.scaled_dot_product_attention(query[0, 0], key[0, 0], value[0, 0]),
-                               atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        unbatched, F.scaled_dot_product_attention(query[0, 0], key[0, 0], value[0, 0]), atol=1e-6, rtol=1e-5
+    )
 
 
 def test_no_queries_gives_an_empty_output():
@@ -103,8 +111,9 @@ def test_stable_for_huge_scores():
     query, key, value = random_qkv(n=M)
     ours = flash_attention(1e3 * query, 1e2 * key, value, block_q=8, block_k=8)
     assert torch.isfinite(ours).all()
-    torch.testing.assert_close(ours, F.scaled_dot_product_attention(1e3 * query, 1e2 * key, value),
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        ours, F.scaled_dot_product_attention(1e3 * query, 1e2 * key, value), atol=1e-5, rtol=1e-5
+    )
 
 
 def test_low_precision_inputs_are_summed_in_float32_and_returned_in_their_dtype():
@@ -137,6 +146,7 @@ def test_gradients_flow_and_match_sdpa():
 
 # --- linear attention --------------------------------------------------------------------------
 
+
 def test_linear_attention_equals_its_quadratic_form():
     query, key, value = random_qkv()
     phi_q, phi_k = F.elu(query) + 1, F.elu(key) + 1
@@ -163,6 +173,7 @@ def test_linear_attention_differs_from_softmax_attention():
 
 # --- bad input -----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["block_q", "block_k"])
 @pytest.mark.parametrize("bad", [0, -3, 2.0, True, "8", None])
 def test_tile_size_must_be_a_positive_integer(name, bad):
@@ -173,8 +184,12 @@ def test_tile_size_must_be_a_positive_integer(name, bad):
 def test_numpy_integer_tile_sizes_are_accepted():
     np = pytest.importorskip("numpy")
     query, key, value = random_qkv()
-    torch.testing.assert_close(flash_attention(query, key, value, block_q=np.int64(8), block_k=np.int32(8)),
-                               F.scaled_dot_product_attention(query, key, value), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        flash_attention(query, key, value, block_q=np.int64(8), block_k=np.int32(8)),
+        F.scaled_dot_product_attention(query, key, value),
+        atol=1e-6,
+        rtol=1e-5,
+    )
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True])

@@ -24,14 +24,16 @@ LENGTHS = [6, 4, 1]
 
 
 def their_layer(norm_first: bool = False, activation: str = "relu") -> nn.TransformerEncoderLayer:
-    return nn.TransformerEncoderLayer(D_MODEL, HEADS, D_FF, dropout=0.0, activation=activation,
-                                      batch_first=True, norm_first=norm_first)
+    return nn.TransformerEncoderLayer(
+        D_MODEL, HEADS, D_FF, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first
+    )
 
 
 def their_stack(norm_first: bool = False, activation: str = "relu", layers: int = LAYERS) -> nn.TransformerEncoder:
     final_norm = nn.LayerNorm(D_MODEL) if norm_first else None
-    return nn.TransformerEncoder(their_layer(norm_first, activation), layers, norm=final_norm,
-                                 enable_nested_tensor=False)
+    return nn.TransformerEncoder(
+        their_layer(norm_first, activation), layers, norm=final_norm, enable_nested_tensor=False
+    )
 
 
 def inputs(seed: int = 1) -> torch.Tensor:
@@ -39,6 +41,7 @@ def inputs(seed: int = 1) -> torch.Tensor:
 
 
 # --- shapes and structure --------------------------------------------------------------------------
+
 
 def test_layer_and_stack_keep_the_shape_and_record_weights() -> None:
     torch.manual_seed(0)
@@ -82,6 +85,7 @@ def test_post_ln_output_is_normalised_at_every_position() -> None:
 
 # --- masks ----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_padding_does_not_leak_into_real_positions(norm_first: bool) -> None:
     torch.manual_seed(0)
@@ -104,8 +108,8 @@ def test_sentence_alone_equals_sentence_in_a_padded_batch() -> None:
     x = inputs()
     with torch.no_grad():
         batched = stack(x, padding_mask(LENGTHS, N))
-        alone = stack(x[1:2, :LENGTHS[1]])
-    assert torch.allclose(alone[0], batched[1, :LENGTHS[1]], atol=1e-5)
+        alone = stack(x[1:2, : LENGTHS[1]])
+    assert torch.allclose(alone[0], batched[1, : LENGTHS[1]], atol=1e-5)
 
 
 def test_padded_keys_get_zero_attention_weight() -> None:
@@ -135,6 +139,7 @@ def test_bad_mask_is_rejected() -> None:
 
 
 # --- agreement with PyTorch ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
@@ -196,6 +201,7 @@ def test_identity_as_their_final_norm_is_accepted_for_post_ln() -> None:
 
 # --- loader errors ---------------------------------------------------------------------------------
 
+
 def test_loader_rejects_a_different_number_of_layers() -> None:
     with pytest.raises(ValueError, match="theirs has 2 layers, ours has 3"):
         load_torch_encoder(Encoder(3, D_MODEL, HEADS, D_FF), their_stack(layers=2))
@@ -207,12 +213,14 @@ def test_loader_rejects_a_different_layer_norm_order() -> None:
 
 
 def test_loader_rejects_a_different_final_norm() -> None:
-    post_ln_theirs_with_norm = nn.TransformerEncoder(their_layer(), LAYERS, norm=nn.LayerNorm(D_MODEL),
-                                                     enable_nested_tensor=False)
+    post_ln_theirs_with_norm = nn.TransformerEncoder(
+        their_layer(), LAYERS, norm=nn.LayerNorm(D_MODEL), enable_nested_tensor=False
+    )
     with pytest.raises(ValueError, match="one encoder stack ends in a LayerNorm and the other does not"):
         load_torch_encoder(Encoder(LAYERS, D_MODEL, HEADS, D_FF), post_ln_theirs_with_norm)
-    pre_ln_theirs_without_norm = nn.TransformerEncoder(their_layer(norm_first=True), LAYERS, norm=None,
-                                                       enable_nested_tensor=False)
+    pre_ln_theirs_without_norm = nn.TransformerEncoder(
+        their_layer(norm_first=True), LAYERS, norm=None, enable_nested_tensor=False
+    )
     with pytest.raises(ValueError, match="ours ends in LayerNorm"):
         load_torch_encoder(Encoder(LAYERS, D_MODEL, HEADS, D_FF, norm_first=True), pre_ln_theirs_without_norm)
 
@@ -234,6 +242,7 @@ def test_loader_rejects_different_sizes() -> None:
 
 
 # --- constructor errors ----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("num_layers", [0, -1, 2.5])
 def test_bad_number_of_layers(num_layers) -> None:

@@ -28,8 +28,14 @@ def ordinary_tokens(batch: int, n: int, seed: int = 0) -> torch.Tensor:
 
 
 def masked(tokens: torch.Tensor, seed: int = 0, **options: object) -> tuple[torch.Tensor, torch.Tensor]:
-    return mask_tokens(tokens, mask_id=MASK, special_ids=SPECIALS, vocab_size=VOCAB,
-                       generator=torch.Generator().manual_seed(seed), **options)  # type: ignore[arg-type]
+    return mask_tokens(
+        tokens,
+        mask_id=MASK,
+        special_ids=SPECIALS,
+        vocab_size=VOCAB,
+        generator=torch.Generator().manual_seed(seed),
+        **options,
+    )  # type: ignore[arg-type]
 
 
 def test_masking_proportions_on_a_large_sample() -> None:
@@ -61,18 +67,26 @@ def test_mask_probability_one_chooses_every_ordinary_position() -> None:
     assert ((labels != IGNORE_INDEX) == (tokens != CLS)).all()
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"mask_id": 3}, "mask_id"),
-    ({"mask_probability": 0.0}, "mask_probability"),
-    ({"mask_probability": 1.5}, "mask_probability"),
-    ({"ignore_index": 4}, "ignore_index"),
-    ({"generator": 0}, "generator"),
-    ({"special_ids": [PAD, MASK, VOCAB]}, "special ids"),
-    ({"vocab_size": 0}, "vocab_size"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"mask_id": 3}, "mask_id"),
+        ({"mask_probability": 0.0}, "mask_probability"),
+        ({"mask_probability": 1.5}, "mask_probability"),
+        ({"ignore_index": 4}, "ignore_index"),
+        ({"generator": 0}, "generator"),
+        ({"special_ids": [PAD, MASK, VOCAB]}, "special ids"),
+        ({"vocab_size": 0}, "vocab_size"),
+    ],
+)
 def test_masking_refuses_bad_arguments(bad: dict[str, object], message: str) -> None:
-    arguments: dict[str, object] = {"mask_id": MASK, "special_ids": SPECIALS, "vocab_size": VOCAB,
-                                    "generator": torch.Generator(), **bad}
+    arguments: dict[str, object] = {
+        "mask_id": MASK,
+        "special_ids": SPECIALS,
+        "vocab_size": VOCAB,
+        "generator": torch.Generator(),
+        **bad,
+    }
     with pytest.raises(ValueError, match=message):
         mask_tokens(ordinary_tokens(2, 5), **arguments)  # type: ignore[arg-type]
 
@@ -126,9 +140,9 @@ def test_head_is_tied_to_the_embedding() -> None:
     assert head.embedding.embedding.weight is model.token_embedding.embedding.weight
     assert head(torch.randn(2, 3, 16)).shape == (2, 3, VOCAB)
     shared = nn.ModuleDict({"model": model, "head": head})
-    assert sum(p.numel() for p in shared.parameters()) == \
-        sum(p.numel() for p in model.parameters()) + sum(p.numel() for n, p in head.named_parameters()
-                                                          if not n.startswith("embedding."))
+    assert sum(p.numel() for p in shared.parameters()) == sum(p.numel() for p in model.parameters()) + sum(
+        p.numel() for n, p in head.named_parameters() if not n.startswith("embedding.")
+    )
 
 
 @pytest.mark.parametrize("pooling", ["cls", "mean"])

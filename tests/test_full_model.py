@@ -42,12 +42,16 @@ def batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 # --- parameter counts (meta device: no memory, no values) ---------------------------------------
 
-@pytest.mark.parametrize(("config", "tie_weights", "expected"), [
-    (BASE_CONFIG, True, 63_082_496),
-    (BIG_CONFIG, True, 214_245_376),
-    (BASE_CONFIG, False, 100_970_496),
-    (BIG_CONFIG, False, 290_021_376),
-])
+
+@pytest.mark.parametrize(
+    ("config", "tie_weights", "expected"),
+    [
+        (BASE_CONFIG, True, 63_082_496),
+        (BIG_CONFIG, True, 214_245_376),
+        (BASE_CONFIG, False, 100_970_496),
+        (BIG_CONFIG, False, 290_021_376),
+    ],
+)
 def test_parameter_counts_of_the_paper_configurations(config, tie_weights, expected):
     with torch.device("meta"):
         model = make_transformer(37_000, 37_000, **config, tie_weights=tie_weights)
@@ -70,9 +74,13 @@ def test_count_parameters_skips_frozen_parameters():
 
 # --- weight tying ---------------------------------------------------------------------------------
 
+
 def vocabulary_matrices(model: Transformer) -> list[torch.Tensor]:
-    return [model.source_embedding.embedding.weight, model.target_embedding.embedding.weight,
-            model.generator.projection.weight]
+    return [
+        model.source_embedding.embedding.weight,
+        model.target_embedding.embedding.weight,
+        model.generator.projection.weight,
+    ]
 
 
 def test_tied_model_holds_one_tensor():
@@ -104,10 +112,11 @@ def test_tied_gradient_is_the_sum_of_the_three_uses_and_a_step_moves_all_three()
 
 # --- embeddings and generator ---------------------------------------------------------------------
 
+
 def test_token_embedding_scales_by_sqrt_d_model_and_starts_small():
     torch.manual_seed(0)
     embedding = TokenEmbedding(2000, 256)
-    assert embedding.embedding.weight.std().item() == pytest.approx(256 ** -0.5, rel=0.05)
+    assert embedding.embedding.weight.std().item() == pytest.approx(256**-0.5, rel=0.05)
     tokens = torch.tensor([[3, 7, 1999]])
     expected = embedding.embedding.weight[tokens] * 16.0
     assert torch.allclose(embedding(tokens), expected)
@@ -121,6 +130,7 @@ def test_generator_has_no_bias_and_gives_logits():
 
 
 # --- shapes and masks -----------------------------------------------------------------------------
+
 
 def test_shapes_of_encode_decode_and_forward():
     model = small_model()
@@ -182,7 +192,7 @@ def test_source_padding_is_ignored():
     model = small_model()
     source, target_input, source_mask = batch()
     changed = source.clone()
-    changed[2, SOURCE_LENGTHS[2]:] = (changed[2, SOURCE_LENGTHS[2]:] + 1) % VOCAB  # only padding changes
+    changed[2, SOURCE_LENGTHS[2] :] = (changed[2, SOURCE_LENGTHS[2] :] + 1) % VOCAB  # only padding changes
     with torch.no_grad():
         original = model(source, target_input, source_mask)
         after = model(changed, target_input, source_mask)
@@ -193,12 +203,12 @@ def test_source_padding_is_ignored():
 
 # --- agreement with nn.Transformer ----------------------------------------------------------------
 
+
 @pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_stacks_agree_with_nn_transformer(norm_first):
     torch.manual_seed(0)
-    theirs = nn.Transformer(D_MODEL, HEADS, LAYERS, LAYERS, D_FF, dropout=0.0, batch_first=True,
-                            norm_first=norm_first)
+    theirs = nn.Transformer(D_MODEL, HEADS, LAYERS, LAYERS, D_FF, dropout=0.0, batch_first=True, norm_first=norm_first)
     if not norm_first:  # the paper's post-LN stacks end without a LayerNorm
         theirs.encoder.norm = nn.Identity()
         theirs.decoder.norm = nn.Identity()
@@ -217,8 +227,13 @@ def test_stacks_agree_with_nn_transformer(norm_first):
         our_output = ours.decode(target_input, our_memory, source_mask)
         blocked = ~source_mask[:, 0]
         their_memory = theirs.encoder(source_vectors, src_key_padding_mask=blocked)
-        their_output = theirs(source_vectors, target_vectors, tgt_mask=~causal_mask(M),
-                              src_key_padding_mask=blocked, memory_key_padding_mask=blocked)
+        their_output = theirs(
+            source_vectors,
+            target_vectors,
+            tgt_mask=~causal_mask(M),
+            src_key_padding_mask=blocked,
+            memory_key_padding_mask=blocked,
+        )
     assert (our_memory - their_memory).abs().max() <= 1e-5
     assert (our_output - their_output).abs().max() <= 1e-5
 
@@ -231,36 +246,53 @@ def test_load_torch_transformer_refuses_a_final_norm_the_paper_lacks():
 
 # --- errors ---------------------------------------------------------------------------------------
 
+
 def test_mismatched_d_model_is_refused():
     encoder = small_model().encoder
     with pytest.raises(ValueError, match="every part must have the same d_model, got .*decoder 32"):
-        Transformer(TokenEmbedding(VOCAB, D_MODEL), TokenEmbedding(VOCAB, D_MODEL), PositionalEncoding(D_MODEL),
-                    encoder, Decoder(LAYERS, 32, HEADS, D_FF), Generator(D_MODEL, VOCAB))
+        Transformer(
+            TokenEmbedding(VOCAB, D_MODEL),
+            TokenEmbedding(VOCAB, D_MODEL),
+            PositionalEncoding(D_MODEL),
+            encoder,
+            Decoder(LAYERS, 32, HEADS, D_FF),
+            Generator(D_MODEL, VOCAB),
+        )
 
 
 def test_generator_vocabulary_must_match_the_target_vocabulary():
     model = small_model()
     with pytest.raises(ValueError, match="the generator predicts 60 tokens but the target vocabulary has 50"):
-        Transformer(model.source_embedding, model.target_embedding, model.positional_encoding,
-                    model.encoder, model.decoder, Generator(D_MODEL, 60))
+        Transformer(
+            model.source_embedding,
+            model.target_embedding,
+            model.positional_encoding,
+            model.encoder,
+            model.decoder,
+            Generator(D_MODEL, 60),
+        )
 
 
-@pytest.mark.parametrize(("overrides", "message"), [
-    ({"dropout": -0.1}, r"dropout must be a probability in \[0, 1\), got dropout=-0.1"),
-    ({"dropout": 1.0}, r"dropout must be a probability in \[0, 1\)"),
-    ({"activation": "tanh"}, "unknown activation 'tanh'; choose one of 'relu', 'gelu'"),
-    ({"num_layers": 0}, "num_layers must be a positive integer"),
-    ({"d_ff": 2.5}, "d_ff must be a positive integer"),
-    ({"num_heads": 3}, "not divisible"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"dropout": -0.1}, r"dropout must be a probability in \[0, 1\), got dropout=-0.1"),
+        ({"dropout": 1.0}, r"dropout must be a probability in \[0, 1\)"),
+        ({"activation": "tanh"}, "unknown activation 'tanh'; choose one of 'relu', 'gelu'"),
+        ({"num_layers": 0}, "num_layers must be a positive integer"),
+        ({"d_ff": 2.5}, "d_ff must be a positive integer"),
+        ({"num_heads": 3}, "not divisible"),
+    ],
+)
 def test_configuration_errors(overrides, message):
     with pytest.raises(ValueError, match=message):
         make_transformer(VOCAB, VOCAB, **{**SMALL, **overrides})
 
 
 def test_tie_weights_needs_one_vocabulary():
-    with pytest.raises(ValueError, match="tie_weights needs one shared vocabulary, got source_vocab_size=30 "
-                                         "and target_vocab_size=40"):
+    with pytest.raises(
+        ValueError, match="tie_weights needs one shared vocabulary, got source_vocab_size=30 and target_vocab_size=40"
+    ):
         make_transformer(30, 40, **SMALL)
 
 
@@ -270,12 +302,15 @@ def test_vocabulary_size_must_be_a_positive_integer(vocab_size):
         TokenEmbedding(vocab_size, D_MODEL)
 
 
-@pytest.mark.parametrize(("tokens", "message"), [
-    (torch.tensor([[1, VOCAB]]), rf"token ids must lie in \[0, {VOCAB}\), got ids from 1 to {VOCAB}"),
-    (torch.tensor([[-1, 2]]), rf"token ids must lie in \[0, {VOCAB}\), got ids from -1 to 2"),
-    (torch.tensor([[1.0, 2.0]]), "tokens must be integer ids, got dtype torch.float32"),
-    (torch.tensor([[True, False]]), "tokens must be integer ids, got dtype torch.bool"),
-])
+@pytest.mark.parametrize(
+    ("tokens", "message"),
+    [
+        (torch.tensor([[1, VOCAB]]), rf"token ids must lie in \[0, {VOCAB}\), got ids from 1 to {VOCAB}"),
+        (torch.tensor([[-1, 2]]), rf"token ids must lie in \[0, {VOCAB}\), got ids from -1 to 2"),
+        (torch.tensor([[1.0, 2.0]]), "tokens must be integer ids, got dtype torch.float32"),
+        (torch.tensor([[True, False]]), "tokens must be integer ids, got dtype torch.bool"),
+    ],
+)
 def test_token_id_errors(tokens, message):
     model = small_model()
     with pytest.raises(ValueError, match=message):

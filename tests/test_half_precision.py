@@ -26,7 +26,9 @@ def test_a_query_with_no_key_gets_zero_output_in_half_precision(dtype: torch.dty
     mask[1, 2] = False  # the last query of the second sequence may attend to nothing
     output, weights = scaled_dot_product_attention(query, key, value, mask)
     assert output.dtype == dtype and torch.isfinite(output).all()
-    assert torch.equal(output[1, 2], torch.zeros(8, dtype=dtype)) and torch.equal(weights[1, 2], torch.zeros(3, dtype=dtype))
+    assert torch.equal(output[1, 2], torch.zeros(8, dtype=dtype)) and torch.equal(
+        weights[1, 2], torch.zeros(3, dtype=dtype)
+    )
     assert torch.allclose(weights[0].float().sum(-1), torch.ones(3), atol=1e-2)
 
 

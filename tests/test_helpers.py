@@ -11,11 +11,18 @@ import transformer_book
 from transformer_book import helpers
 
 
-@pytest.mark.parametrize(("cuda", "mps", "expected"), [
-    (True, True, "cuda"), (True, False, "cuda"), (False, True, "mps"), (False, False, "cpu"),
-])
-def test_device_prefers_cuda_then_mps_then_the_cpu(monkeypatch: pytest.MonkeyPatch, cuda: bool, mps: bool,
-                                                   expected: str) -> None:
+@pytest.mark.parametrize(
+    ("cuda", "mps", "expected"),
+    [
+        (True, True, "cuda"),
+        (True, False, "cuda"),
+        (False, True, "mps"),
+        (False, False, "cpu"),
+    ],
+)
+def test_device_prefers_cuda_then_mps_then_the_cpu(
+    monkeypatch: pytest.MonkeyPatch, cuda: bool, mps: bool, expected: str
+) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
     assert transformer_book.device().type == expected
@@ -148,8 +155,17 @@ def test_a_failed_check_tells_the_reader_what_and_where(monkeypatch: pytest.Monk
     with pytest.raises(helpers.ClaimFailed) as failure:
         helpers.check("the model copies every held-out sequence", 0.946, at_least=1.0)
     message = str(failure.value)
-    for needed in ("the model copies every held-out sequence", "0.946", "at least 1", "BOOK_SEED=4",
-                   "device cpu", "CPU threads", f"PyTorch {torch.__version__}", "another seed", "report"):
+    for needed in (
+        "the model copies every held-out sequence",
+        "0.946",
+        "at least 1",
+        "BOOK_SEED=4",
+        "device cpu",
+        "CPU threads",
+        f"PyTorch {torch.__version__}",
+        "another seed",
+        "report",
+    ):
         assert needed in message, f"{needed!r} missing from:\n{message}"
     with pytest.raises(helpers.ClaimFailed, match="found it false"):
         helpers.check("the outputs agree", False)

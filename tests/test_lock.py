@@ -21,7 +21,9 @@ def pins(path: Path) -> list[tuple[str, str, str | None]]:
     """(name, version, environment marker or None) of every ``name==version`` line of a requirements file."""
     if not path.exists():
         return []
-    return [(canonicalize_name(name), version, marker or None) for name, version, marker in PIN.findall(path.read_text())]
+    return [
+        (canonicalize_name(name), version, marker or None) for name, version, marker in PIN.findall(path.read_text())
+    ]
 
 
 LOCKED = pins(ROOT / "requirements.lock")
@@ -40,21 +42,29 @@ def test_every_locked_package_has_a_hash() -> None:
 @pytest.mark.parametrize("name", sorted(set(CHOSEN) - {"torch"}))
 def test_lock_keeps_the_version_chosen_in_requirements_txt(name: str) -> None:
     locked = {version for locked_name, version, _ in LOCKED if locked_name == name}
-    assert locked == {CHOSEN[name]}, (f"requirements.txt asks for {name}=={CHOSEN[name]}, requirements.lock has "
-                                      f"{sorted(locked) or 'nothing'}: run make lock")
+    assert locked == {CHOSEN[name]}, (
+        f"requirements.txt asks for {name}=={CHOSEN[name]}, requirements.lock has "
+        f"{sorted(locked) or 'nothing'}: run make lock"
+    )
 
 
 def test_lock_leaves_torch_to_the_machine() -> None:
     assert "torch" in CHOSEN, "requirements.txt must pin the torch version make installs after the lock"
-    assert not [name for name, _, _ in LOCKED if name == "torch"], "torch must not be locked: its build is the machine's"
+    assert not [name for name, _, _ in LOCKED if name == "torch"], (
+        "torch must not be locked: its build is the machine's"
+    )
 
 
 def test_tests_run_on_the_locked_packages() -> None:
     """What `make` installed is what the lock says (after an edit of the lock, make reinstalls)."""
     installed = {canonicalize_name(dist.metadata["Name"]): dist.version for dist in importlib.metadata.distributions()}
-    wrong = [f"{name}: locked {version}, installed {installed.get(name, 'nothing')}"
-             for name, version, marker in LOCKED
-             if (marker is None or Marker(marker).evaluate()) and installed.get(name) != version]
+    wrong = [
+        f"{name}: locked {version}, installed {installed.get(name, 'nothing')}"
+        for name, version, marker in LOCKED
+        if (marker is None or Marker(marker).evaluate()) and installed.get(name) != version
+    ]
     assert not wrong, "the environment differs from requirements.lock (run make):\n" + "\n".join(wrong)
     torch_version = Version(installed["torch"])
-    assert torch_version.public == CHOSEN["torch"], f"torch {torch_version} is installed, requirements.txt pins {CHOSEN['torch']}"
+    assert torch_version.public == CHOSEN["torch"], (
+        f"torch {torch_version} is installed, requirements.txt pins {CHOSEN['torch']}"
+    )

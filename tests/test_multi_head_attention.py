@@ -57,13 +57,14 @@ def reference_multi_head(module: MultiHeadAttention, query, key, value, mask=Non
 
 # --- split and merge ---------------------------------------------------------------------------
 
+
 def test_split_heads_gives_each_head_its_block_of_columns():
     x = torch.randn(BATCH, N, D_MODEL)
     split = split_heads(x, HEADS)
     d_head = D_MODEL // HEADS
     assert split.shape == (BATCH, HEADS, N, d_head)
     for head in range(HEADS):
-        assert torch.equal(split[:, head], x[:, :, head * d_head:(head + 1) * d_head])
+        assert torch.equal(split[:, head], x[:, :, head * d_head : (head + 1) * d_head])
 
 
 def test_split_heads_is_a_view():
@@ -102,6 +103,7 @@ def test_merge_heads_error():
 
 
 # --- the module --------------------------------------------------------------------------------
+
 
 def test_attributes_and_parameter_count():
     module = MultiHeadAttention(D_MODEL, HEADS)
@@ -176,7 +178,7 @@ MASK_CASES = ["no mask", "key padding", "causal", "key padding and causal"]
 
 def masks_for(case: str, n: int, m: int):
     """The book's mask (True = may attend) and the keyword arguments nn.MultiheadAttention needs (True = blocked)."""
-    padding = padding_mask([m, 3])          # (batch, 1, m)
+    padding = padding_mask([m, 3])  # (batch, 1, m)
     causal = (causal_mask(n) if n == m else torch.ones(n, m, dtype=torch.bool).tril())[None]  # (1, n, m)
     if case == "no mask":
         return None, {}
@@ -235,9 +237,18 @@ def test_load_torch_weights_copies_every_block_in_place():
         (lambda: nn.MultiheadAttention(15, HEADS, batch_first=True), r"sizes differ: theirs has embed_dim=15"),
         (lambda: nn.MultiheadAttention(D_MODEL, 4, batch_first=True), r"num_heads=4.*ours has d_model=12, num_heads=3"),
         (lambda: nn.MultiheadAttention(D_MODEL, HEADS, bias=False, batch_first=True), r"bias=False; ours .*bias=True"),
-        (lambda: nn.MultiheadAttention(D_MODEL, HEADS, kdim=8, vdim=8, batch_first=True), r"separate key/value widths \(kdim=8"),
-        (lambda: nn.MultiheadAttention(D_MODEL, HEADS, add_bias_kv=True, batch_first=True), r"add_bias_kv or add_zero_attn"),
-        (lambda: nn.MultiheadAttention(D_MODEL, HEADS, add_zero_attn=True, batch_first=True), r"add_bias_kv or add_zero_attn"),
+        (
+            lambda: nn.MultiheadAttention(D_MODEL, HEADS, kdim=8, vdim=8, batch_first=True),
+            r"separate key/value widths \(kdim=8",
+        ),
+        (
+            lambda: nn.MultiheadAttention(D_MODEL, HEADS, add_bias_kv=True, batch_first=True),
+            r"add_bias_kv or add_zero_attn",
+        ),
+        (
+            lambda: nn.MultiheadAttention(D_MODEL, HEADS, add_zero_attn=True, batch_first=True),
+            r"add_bias_kv or add_zero_attn",
+        ),
     ],
     ids=["embed_dim", "num_heads", "bias", "kdim", "add_bias_kv", "add_zero_attn"],
 )
@@ -250,6 +261,7 @@ def test_load_torch_weights_refuses_a_different_module(theirs, message):
 
 
 # --- a query with nothing to attend to ---------------------------------------------------------
+
 
 @pytest.mark.parametrize("bias", [True, False])
 def test_fully_blocked_query_gets_zero_weights_and_the_output_bias(bias):
@@ -286,6 +298,7 @@ def test_gradients_stay_finite_with_a_fully_blocked_query():
 
 # --- errors ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("d_model", "num_heads", "message"),
     [
@@ -314,8 +327,9 @@ def test_wrong_input_shapes_raise():
         module(x, torch.randn(3, N, D_MODEL), torch.randn(3, N, D_MODEL))
 
 
-@pytest.mark.parametrize("bad_mask", [torch.ones(N, N), torch.ones(N, N, dtype=torch.int64), [[True] * N] * N],
-                         ids=["float", "int", "list"])
+@pytest.mark.parametrize(
+    "bad_mask", [torch.ones(N, N), torch.ones(N, N, dtype=torch.int64), [[True] * N] * N], ids=["float", "int", "list"]
+)
 def test_mask_of_the_wrong_dtype_raises(bad_mask):
     module = MultiHeadAttention(D_MODEL, HEADS)
     x = torch.randn(BATCH, N, D_MODEL)
@@ -332,8 +346,11 @@ def test_mask_of_the_wrong_shape_raises(bad_shape):
     module = MultiHeadAttention(D_MODEL, HEADS)
     x = torch.randn(BATCH, N, D_MODEL)
     shape = "(" + ", ".join(str(size) for size in bad_shape) + ("," if len(bad_shape) == 1 else "") + ")"
-    with pytest.raises(ValueError, match=rf"mask of shape {re.escape(shape)} does not broadcast to the scores' shape \(2, 5, 5\)"
-                       r".*one mask for all heads"):
+    with pytest.raises(
+        ValueError,
+        match=rf"mask of shape {re.escape(shape)} does not broadcast to the scores' shape \(2, 5, 5\)"
+        r".*one mask for all heads",
+    ):
         module(x, x, x, mask=torch.ones(bad_shape, dtype=torch.bool))
 
 
@@ -365,4 +382,3 @@ def test_masks_that_broadcast_are_accepted(good_shape):
     output, weights = module(x, x, x, mask=torch.ones(good_shape, dtype=torch.bool))
     torch.testing.assert_close(output, module(x, x, x)[0])
     assert weights.shape == (BATCH, HEADS, N, N)
-

@@ -19,6 +19,7 @@ def paper_formula(pos: int, dimension: int, d_model: int) -> float:
 
 # --- the table -----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("d_model", [4, 64, 512])
 def test_table_matches_the_papers_formula(d_model: int) -> None:
     table = sinusoidal_encoding(5000, d_model, dtype=torch.float64)
@@ -73,6 +74,7 @@ def test_bad_num_positions_and_dtype_are_refused() -> None:
 
 # --- the rotation ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("offset", [1, 2, 7, 100, 1000])
 def test_rotation_shifts_every_position_by_the_offset(offset: int) -> None:
     table = sinusoidal_encoding(3000, 64, dtype=torch.float64)
@@ -93,7 +95,9 @@ def test_rotation_block_has_the_signs_of_the_angle_addition_formulas() -> None:
     for i in range(d_model // 2):
         angle = offset / 10000 ** (2 * i / d_model)
         block = matrix[2 * i : 2 * i + 2, 2 * i : 2 * i + 2]
-        expected = torch.tensor([[math.cos(angle), math.sin(angle)], [-math.sin(angle), math.cos(angle)]], dtype=torch.float64)
+        expected = torch.tensor(
+            [[math.cos(angle), math.sin(angle)], [-math.sin(angle), math.cos(angle)]], dtype=torch.float64
+        )
         torch.testing.assert_close(block, expected)
     off_diagonal = matrix.clone()
     for i in range(d_model // 2):
@@ -105,7 +109,9 @@ def test_rotation_group_properties() -> None:
     m3 = rotation_matrix(3, 16, dtype=torch.float64)
     torch.testing.assert_close(m3 @ m3.T, torch.eye(16, dtype=torch.float64))
     torch.testing.assert_close(rotation_matrix(-3, 16, dtype=torch.float64), m3.T)
-    torch.testing.assert_close(rotation_matrix(2, 16, dtype=torch.float64) @ m3, rotation_matrix(5, 16, dtype=torch.float64))
+    torch.testing.assert_close(
+        rotation_matrix(2, 16, dtype=torch.float64) @ m3, rotation_matrix(5, 16, dtype=torch.float64)
+    )
     torch.testing.assert_close(rotation_matrix(0, 16, dtype=torch.float64), torch.eye(16, dtype=torch.float64))
 
 
@@ -123,6 +129,7 @@ def test_similarity_depends_only_on_the_distance() -> None:
 
 
 # --- the module --------------------------------------------------------------------------------------
+
 
 def test_module_adds_exactly_the_first_rows_of_the_table() -> None:
     module = PositionalEncoding(d_model=16, max_len=50)
@@ -146,8 +153,10 @@ def test_module_keeps_the_input_dtype() -> None:
 
 def test_sequence_longer_than_the_table_is_refused_with_advice() -> None:
     module = PositionalEncoding(d_model=8, max_len=10)
-    expected = (r"a sequence of length 11 is longer than the positional table \(max_len=10\); "
-                r"build PositionalEncoding with max_len >= 11")
+    expected = (
+        r"a sequence of length 11 is longer than the positional table \(max_len=10\); "
+        r"build PositionalEncoding with max_len >= 11"
+    )
     with pytest.raises(ValueError, match=expected):
         module(torch.zeros(2, 11, 8))
     assert PositionalEncoding(d_model=8, max_len=11)(torch.zeros(2, 11, 8)).shape == (2, 11, 8)
@@ -155,16 +164,21 @@ def test_sequence_longer_than_the_table_is_refused_with_advice() -> None:
 
 def test_wrong_last_dimension_is_refused() -> None:
     module = PositionalEncoding(d_model=8, max_len=10)
-    with pytest.raises(ValueError, match=r"x must have shape \(batch, n, d_model\) with d_model=8, got shape \(2, 5, 6\)"):
+    with pytest.raises(
+        ValueError, match=r"x must have shape \(batch, n, d_model\) with d_model=8, got shape \(2, 5, 6\)"
+    ):
         module(torch.zeros(2, 5, 6))
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"d_model": 9}, "d_model must be even"),
-    ({"d_model": 8, "max_len": 0}, "max_len must be at least 1"),
-    ({"d_model": 8, "dropout": 1.0}, r"dropout must be a probability in \[0, 1\)"),
-    ({"d_model": 8, "dropout": -0.1}, r"dropout must be a probability in \[0, 1\)"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"d_model": 9}, "d_model must be even"),
+        ({"d_model": 8, "max_len": 0}, "max_len must be at least 1"),
+        ({"d_model": 8, "dropout": 1.0}, r"dropout must be a probability in \[0, 1\)"),
+        ({"d_model": 8, "dropout": -0.1}, r"dropout must be a probability in \[0, 1\)"),
+    ],
+)
 def test_bad_constructor_arguments_are_refused(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         PositionalEncoding(**kwargs)  # type: ignore[arg-type]

@@ -44,8 +44,16 @@ def test_unscale_divides_gradients_and_reports_non_finite() -> None:
     assert not scaler.unscale_([weight])
 
 
-@pytest.mark.parametrize("settings", [dict(init_scale=0.0), dict(growth_factor=1.0), dict(backoff_factor=1.0),
-                                      dict(backoff_factor=0.0), dict(growth_interval=0)])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(init_scale=0.0),
+        dict(growth_factor=1.0),
+        dict(backoff_factor=1.0),
+        dict(backoff_factor=0.0),
+        dict(growth_interval=0),
+    ],
+)
 def test_scaler_refuses_bad_settings(settings: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         DynamicLossScaler(**settings)  # type: ignore[arg-type]

@@ -32,20 +32,25 @@ def test_rope_equals_the_positional_encoding_rotation() -> None:
 
 def test_rope_scores_depend_only_on_the_offset() -> None:
     q, k = torch.randn(2, 1, 32)
-    scores = [(apply_rope(q, torch.tensor([n + 4])) @ apply_rope(k, torch.tensor([n])).T).item() for n in range(0, 500, 50)]
+    scores = [
+        (apply_rope(q, torch.tensor([n + 4])) @ apply_rope(k, torch.tensor([n])).T).item() for n in range(0, 500, 50)
+    ]
     assert max(scores) - min(scores) < 1e-4
     other = (apply_rope(q, torch.tensor([6])) @ apply_rope(k, torch.tensor([0])).T).item()
     assert abs(other - scores[0]) > 1e-3
 
 
-@pytest.mark.parametrize(("x", "positions", "message"), [
-    (torch.randn(4, 5), torch.arange(4), "even"),
-    (torch.randn(4, 6), torch.arange(3), "one entry per row"),
-    (torch.randn(4, 6), torch.arange(4.0), "integer"),
-    (torch.randn(4, 6), torch.arange(4)[None], "1-D"),
-    (torch.randn(6), torch.arange(6), "shape"),
-    (torch.ones(4, 6, dtype=torch.long), torch.arange(4), "floating-point"),
-])
+@pytest.mark.parametrize(
+    ("x", "positions", "message"),
+    [
+        (torch.randn(4, 5), torch.arange(4), "even"),
+        (torch.randn(4, 6), torch.arange(3), "one entry per row"),
+        (torch.randn(4, 6), torch.arange(4.0), "integer"),
+        (torch.randn(4, 6), torch.arange(4)[None], "1-D"),
+        (torch.randn(6), torch.arange(6), "shape"),
+        (torch.ones(4, 6, dtype=torch.long), torch.arange(4), "floating-point"),
+    ],
+)
 def test_rope_refuses_bad_input(x: torch.Tensor, positions: torch.Tensor, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         apply_rope(x, positions)

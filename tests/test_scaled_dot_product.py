@@ -38,6 +38,7 @@ def reference_attention(query, key, value, mask=None):
 
 # --- shapes and values -------------------------------------------------------------------------
 
+
 def test_shapes_with_batch_and_head_dims(qkv):
     output, weights = scaled_dot_product_attention(*qkv)
     assert output.shape == (BATCH, HEADS, N, D_V)
@@ -84,6 +85,7 @@ def test_numerically_stable_for_huge_scores():
 
 # --- agreement with PyTorch --------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("case", ["no mask", "padding", "causal", "padding and causal"])
 def test_agrees_with_torch_sdpa(case):
     generator = torch.Generator().manual_seed(1)
@@ -125,6 +127,7 @@ def test_mask_convention_is_the_opposite_of_multihead_attention():
 
 # --- fully masked rows -------------------------------------------------------------------------
 
+
 def test_fully_masked_row_gives_zero_weights_and_output_without_nan_or_warning(qkv):
     mask = torch.ones(N, M, dtype=torch.bool)
     mask[2] = False
@@ -157,17 +160,19 @@ def test_empty_sequence_in_a_batch(qkv):
 
 # --- gradients ---------------------------------------------------------------------------------
 
+
 def test_gradcheck_with_and_without_mask():
     generator = torch.Generator().manual_seed(2)
-    query, key, value = (torch.randn(2, 3, d, generator=generator, dtype=torch.float64, requires_grad=True)
-                         for d in (4, 4, 2))
+    query, key, value = (
+        torch.randn(2, 3, d, generator=generator, dtype=torch.float64, requires_grad=True) for d in (4, 4, 2)
+    )
     mask = torch.tensor([[True, False, True], [True, True, False], [False, False, False]])
     assert torch.autograd.gradcheck(lambda q, k, v: scaled_dot_product_attention(q, k, v)[0], (query, key, value))
-    assert torch.autograd.gradcheck(
-        lambda q, k, v: scaled_dot_product_attention(q, k, v, mask)[0], (query, key, value))
+    assert torch.autograd.gradcheck(lambda q, k, v: scaled_dot_product_attention(q, k, v, mask)[0], (query, key, value))
 
 
 # --- input validation --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("shapes", "message"),
@@ -211,6 +216,7 @@ def test_non_bool_mask_is_rejected(qkv, mask):
 
 # --- causal_mask -------------------------------------------------------------------------------
 
+
 def test_causal_mask_values():
     mask = causal_mask(4)
     assert mask.dtype == torch.bool and mask.shape == (4, 4)
@@ -231,6 +237,7 @@ def test_causal_mask_validation(n, message):
 
 
 # --- padding_mask ------------------------------------------------------------------------------
+
 
 def test_padding_mask_values_and_shape():
     mask = padding_mask(torch.tensor([3, 1, 0]), max_len=4)

@@ -28,6 +28,7 @@ def x() -> torch.Tensor:
 
 def by_hand(module: SelfAttention, x: torch.Tensor, mask: torch.Tensor | None = None):
     """softmax(x W^Q (x W^K)^T / sqrt(d_k)) x W^V written from the nn.Linear weights (W = weight.T)."""
+
     def project(linear: nn.Linear) -> torch.Tensor:
         projected = x @ linear.weight.T
         return projected if linear.bias is None else projected + linear.bias
@@ -41,6 +42,7 @@ def by_hand(module: SelfAttention, x: torch.Tensor, mask: torch.Tensor | None = 
 
 
 # --- construction ------------------------------------------------------------------------------
+
 
 def test_d_k_and_d_v_default_to_d_model():
     module = SelfAttention(D_MODEL)
@@ -88,6 +90,7 @@ def test_bad_sizes_raise_value_error_naming_the_argument(arguments, message):
 
 # --- shapes ------------------------------------------------------------------------------------
 
+
 def test_batched_shapes(module, x):
     output, weights = module(x)
     assert output.shape == (BATCH, N, D_V)
@@ -109,6 +112,7 @@ def test_weights_are_distributions(module, x):
 
 
 # --- values ------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("bias", [False, True])
 def test_equals_the_formula_written_from_the_linear_weights(x, bias):
@@ -164,6 +168,7 @@ def test_gradients_reach_all_three_projections(module, x):
 
 # --- permutation equivariance -------------------------------------------------------------------
 
+
 def test_permutation_equivariance(module, x):
     permutation = torch.tensor([3, 0, 4, 1, 2])
     with torch.no_grad():
@@ -186,6 +191,7 @@ def test_a_causal_mask_breaks_equivariance_but_a_permuted_mask_keeps_it(module, 
 
 
 # --- masks -------------------------------------------------------------------------------------
+
 
 def test_causal_mask(module, x):
     output, weights = module(x, causal_mask(N))
@@ -223,6 +229,7 @@ def test_bad_mask_is_rejected(module, x, mask, message):
 
 
 # --- input validation --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("shape", [(BATCH, N, D_MODEL + 1), (N, D_MODEL - 1), (BATCH, N, D_K)])
 def test_wrong_last_dimension_raises_value_error(module, shape):

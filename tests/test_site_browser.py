@@ -50,8 +50,14 @@ INSTALL_CHROMIUM = (
 CHROMIUM_NAMES = ("chromium", "chromium-browser")
 #: Headless, offline and throw-away (Playwright gives each launch a fresh --user-data-dir).
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
 BLOCKING_IMPACTS = ["serious", "critical"]
@@ -168,7 +174,9 @@ def open_tab(browser: Browser, network: Network) -> tuple[BrowserContext, Tab]:
     def on_console(message: ConsoleMessage) -> None:
         if message.type == "error":
             location = message.location or {}
-            network.console_errors.append(f"{message.text} (at {location.get('url', '?')}:{location.get('lineNumber', '?')})")
+            network.console_errors.append(
+                f"{message.text} (at {location.get('url', '?')}:{location.get('lineNumber', '?')})"
+            )
 
     def on_response(response: Response) -> None:
         if response.status >= 400:
@@ -280,8 +288,10 @@ def border_lightness(screenshot: bytes, box: dict[str, float], inset: int = 3) -
     left, top = round(box["x"]) + inset, round(box["y"]) + inset
     right, bottom = round(box["x"] + box["width"]) - inset, round(box["y"] + box["height"]) - inset
     strips = [
-        (left, top, right, top + inset), (left, bottom - inset, right, bottom),
-        (left, top, left + inset, bottom), (right - inset, top, right, bottom),
+        (left, top, right, top + inset),
+        (left, bottom - inset, right, bottom),
+        (left, top, left + inset, bottom),
+        (right - inset, top, right, bottom),
     ]
     return statistics.fmean(ImageStat.Stat(image.crop(strip)).mean[0] / 255 for strip in strips)
 
@@ -294,7 +304,11 @@ def open_menu(tab: Tab, dropdown: str) -> list[str]:
     button.click()
     links = tab.locator(f".article-header-buttons .{dropdown} .dropdown-menu a")
     links.first.wait_for(state="visible")
-    hrefs = [links.nth(index).evaluate("link => link.href") for index in range(links.count()) if links.nth(index).is_visible()]
+    hrefs = [
+        links.nth(index).evaluate("link => link.href")
+        for index in range(links.count())
+        if links.nth(index).is_visible()
+    ]
     tab.keyboard.press("Escape")
     return hrefs
 
@@ -367,8 +381,12 @@ class Visitor:
         tab.evaluate(WAIT_FOR_RENDERING)
         tab.add_script_tag(path=str(AXE))  # injected inline: nothing is fetched
         visit = Visit(
-            page=page, url=url, network=Network(),
-            images=tab.evaluate(IMAGES), math=tab.evaluate(MATH), figures=tab.evaluate(FIGURES),
+            page=page,
+            url=url,
+            network=Network(),
+            images=tab.evaluate(IMAGES),
+            math=tab.evaluate(MATH),
+            figures=tab.evaluate(FIGURES),
             axe_violations=tab.evaluate(AXE_RUN, BLOCKING_IMPACTS),
         )
         if page.is_chapter:
@@ -413,7 +431,9 @@ class Visitor:
 
 
 @pytest.fixture(scope="module")
-def visit(browser: Browser, site_url: str, screenshot_dir: Path, site_report: list[str]) -> Iterator[Callable[[Page], Visit]]:
+def visit(
+    browser: Browser, site_url: str, screenshot_dir: Path, site_report: list[str]
+) -> Iterator[Callable[[Page], Visit]]:
     visitor = Visitor(browser, site_url, screenshot_dir)
     yield visitor
     visitor.close()
@@ -473,11 +493,15 @@ def test_math_is_rendered(visit: Callable[[Page], Visit], book_build: BookBuild,
         assert (math["version"] or "").startswith("3."), (
             f"{page.path}: MathJax 3 did not start (script {math['script']}, version {math['version']})"
         )
-        assert math["script"] and stays_on_machine(math["script"]), f"{page.path}: MathJax is loaded from {math['script']}"
+        assert math["script"] and stays_on_machine(math["script"]), (
+            f"{page.path}: MathJax is loaded from {math['script']}"
+        )
     assert not math["unrendered"], f"{page.path}: formulas MathJax did not render:{listed(math['unrendered'])}"
     assert not math["errors"], f"{page.path}: TeX errors in formulas:{listed(math['errors'])}"
     assert not math["raw"], f"{page.path}: TeX delimiters left in the text:{listed(math['raw'])}"
-    assert math["containers"] >= math["formulas"], f"{page.path}: {math['formulas']} formulas, {math['containers']} rendered"
+    assert math["containers"] >= math["formulas"], (
+        f"{page.path}: {math['formulas']} formulas, {math['containers']} rendered"
+    )
 
 
 @pytest.mark.parametrize("page", CHAPTERS, ids=page_id)
@@ -502,10 +526,14 @@ def test_no_serious_accessibility_violations(visit: Callable[[Page], Visit], boo
 
 
 @pytest.mark.parametrize("page", NOTEBOOKS, ids=page_id)
-def test_colab_link_opens_the_chapters_notebook(visit: Callable[[Page], Visit], book_build: BookBuild, page: Page) -> None:
+def test_colab_link_opens_the_chapters_notebook(
+    visit: Callable[[Page], Visit], book_build: BookBuild, page: Page
+) -> None:
     links = visited(visit, book_build, page).menus.get("dropdown-launch-buttons", [])
     colab = [link for link in links if "colab.research.google.com" in link]
-    assert colab == [page.colab_url()], f"{page.path}: the launch menu shows Colab links {colab}, expected [{page.colab_url()}]"
+    assert colab == [page.colab_url()], (
+        f"{page.path}: the launch menu shows Colab links {colab}, expected [{page.colab_url()}]"
+    )
 
 
 @pytest.mark.parametrize("page", CHAPTERS, ids=page_id)
@@ -539,7 +567,9 @@ def test_download_buttons_work(visit: Callable[[Page], Visit], book_build: BookB
 @pytest.mark.parametrize("page", CHAPTERS, ids=page_id)
 def test_figures_readable_in_dark_mode(visit: Callable[[Page], Visit], book_build: BookBuild, page: Page) -> None:
     seen = visited(visit, book_build, page)
-    assert seen.dark_theme == "dark", f"{page.path}: the theme did not follow the system to dark mode ({seen.dark_theme!r})"
+    assert seen.dark_theme == "dark", (
+        f"{page.path}: the theme did not follow the system to dark mode ({seen.dark_theme!r})"
+    )
     assert seen.dark_page_background <= MAX_DARK_PAGE_BACKGROUND, (
         f"{page.path}: in dark mode the page background has luminance {seen.dark_page_background:.2f}"
     )
@@ -588,7 +618,9 @@ def search_tab(browser: Browser, site_url: str) -> Iterator[tuple[Tab, Network]]
 
 
 @pytest.mark.parametrize("page", CHAPTERS, ids=page_id)
-def test_search_finds_the_chapter(search_tab: tuple[Tab, Network], site_url: str, book_build: BookBuild, page: Page) -> None:
+def test_search_finds_the_chapter(
+    search_tab: tuple[Tab, Network], site_url: str, book_build: BookBuild, page: Page
+) -> None:
     html_file = page.html_file(book_build.html)
     if not html_file.is_file():
         pytest.fail(f"{page.path} was not built (see test_build for why)", pytrace=False)
@@ -601,7 +633,10 @@ def test_search_finds_the_chapter(search_tab: tuple[Tab, Network], site_url: str
     try:
         tab.wait_for_function(SEARCH_DONE, timeout=SEARCH_TIMEOUT_MS)
     except PlaywrightTimeout:
-        pytest.fail(f"searching for {word!r} never finished:{listed(network.problems()[before:]) or ' no error shown'}", pytrace=False)
+        pytest.fail(
+            f"searching for {word!r} never finished:{listed(network.problems()[before:]) or ' no error shown'}",
+            pytrace=False,
+        )
     found = tab.evaluate("Array.from(document.querySelectorAll('#search-results ul.search li a'), link => link.href)")
     pages = [urlsplit(link).path.removeprefix("/") for link in found]
     assert page.path in pages, f"searching for {word!r} found {pages or 'nothing'}, not {page.path}"

@@ -25,8 +25,17 @@ pytestmark = pytest.mark.build
 
 #: Elements and attributes that point at another resource.
 LINK_ATTRIBUTES = {
-    "a": "href", "area": "href", "link": "href", "script": "src", "img": "src",
-    "source": "src", "iframe": "src", "video": "src", "audio": "src", "embed": "src", "object": "data",
+    "a": "href",
+    "area": "href",
+    "link": "href",
+    "script": "src",
+    "img": "src",
+    "source": "src",
+    "iframe": "src",
+    "video": "src",
+    "audio": "src",
+    "embed": "src",
+    "object": "data",
 }
 #: Elements whose resource the browser fetches while loading the page (an <a> is only followed).
 LOADED_BY_THE_PAGE = {"link", "script", "img", "source", "iframe", "video", "audio", "embed", "object"}
@@ -149,7 +158,8 @@ def test_page_loads_nothing_from_outside(book_build: BookBuild, page: Page) -> N
     """Scripts, styles, images and fonts come from the site itself, so it reads offline."""
     html_file = built_page(book_build.html, page)
     outside = [
-        str(link) for link in links_in(soup_of(html_file))
+        str(link)
+        for link in links_in(soup_of(html_file))
         if link.tag in LOADED_BY_THE_PAGE and is_external(link.target) and not link.target.startswith("data:")
     ]
     assert not outside, f"{page.path} loads from the network:\n" + "\n".join(outside)
@@ -177,9 +187,7 @@ def alt_text_problem(image: Tag) -> str | None:
     text = alt.strip()
     if not text:
         return "has an empty alt text"
-    if IMAGE_FILE.search(text) or text in (source, PurePosixPath(source).name) or (
-        "/" in text and " " not in text
-    ):
+    if IMAGE_FILE.search(text) or text in (source, PurePosixPath(source).name) or ("/" in text and " " not in text):
         return f"has a file name for alt text ({text!r}): give the figure an :alt: option"
     if image.find_parent("article") is not None and len(text.split()) < MIN_CONTENT_ALT_WORDS:
         return f"has a label, not a description, for alt text ({text!r}): say what the figure shows"
@@ -189,11 +197,7 @@ def alt_text_problem(image: Tag) -> str | None:
 @pytest.mark.parametrize("page", PAGES, ids=page_id)
 def test_images_have_real_alt_text(book_build: BookBuild, page: Page) -> None:
     soup = soup_of(built_page(book_build.html, page))
-    problems = [
-        f"{image.get('src')}: {problem}"
-        for image in tags(soup, "img")
-        if (problem := alt_text_problem(image))
-    ]
+    problems = [f"{image.get('src')}: {problem}" for image in tags(soup, "img") if (problem := alt_text_problem(image))]
     assert not problems, f"{page.path}: images without real alt text:\n" + "\n".join(problems)
 
 
@@ -229,5 +233,5 @@ def test_no_unrendered_math(book_build: BookBuild, page: Page) -> None:
     for code in tags(article, ["pre", "code", "script", "style"]):
         code.decompose()
     prose = article.get_text(" ")
-    leftovers = [prose[max(0, match.start() - 50):match.end() + 50] for match in re.finditer(r"\$", prose)]
+    leftovers = [prose[max(0, match.start() - 50) : match.end() + 50] for match in re.finditer(r"\$", prose)]
     assert not leftovers, f"{page.path}: dollar signs left in the rendered prose:\n" + "\n".join(leftovers)

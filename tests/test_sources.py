@@ -70,7 +70,8 @@ def test_chapter_reads_within_the_budget(chapter: Path) -> None:
     measured = reading_time.reading_time(chapter)
     assert measured.minutes <= reading_time.BUDGET_MINUTES, (
         f"{chapter.name} reads in {measured.minutes:.1f} minutes ({measured.words:,} words, {measured.code_lines} "
-        f"visible code lines), over the {reading_time.BUDGET_MINUTES}-minute budget: collapse plumbing or split it")
+        f"visible code lines), over the {reading_time.BUDGET_MINUTES}-minute budget: collapse plumbing or split it"
+    )
 
 
 def test_reading_time_counts_prose_and_visible_code_only() -> None:
@@ -120,10 +121,14 @@ def test_chapter_follows_the_anatomy(chapter: Path) -> None:
     exercises = re.findall(r"^```\{exercise\}.*\n:label: (\S+)", text, re.M)
     solutions = re.findall(r"^```\{solution-start\} (\S+)\n:class: dropdown", text, re.M)
     assert len(exercises) >= 2, f"{chapter.name}: {len(exercises)} exercises, at least 2 expected"
-    assert sorted(exercises) == sorted(solutions), f"{chapter.name}: exercises {exercises} vs hidden solutions {solutions}"
+    assert sorted(exercises) == sorted(solutions), (
+        f"{chapter.name}: exercises {exercises} vs hidden solutions {solutions}"
+    )
     assert text.count("```{solution-start}") == text.count("```{solution-end}"), f"{chapter.name}: unbalanced solutions"
     notebook = jupytext.read(chapter)
-    checks = [cell for cell in notebook.cells if cell.cell_type == "code" and "remove-cell" in cell.metadata.get("tags", [])]
+    checks = [
+        cell for cell in notebook.cells if cell.cell_type == "code" and "remove-cell" in cell.metadata.get("tags", [])
+    ]
     assert any("assert" in cell.source for cell in checks), f"{chapter.name}: no hidden cell asserts its claims"
 
 
@@ -136,7 +141,9 @@ def test_figures_are_glued_with_real_alt_text_and_none_comes_from_the_web(chapte
         alt = re.search(r"^:alt: (.+)$", options, re.M)
         assert alt, f"{chapter.name}: figure {key} has no :alt:"
         assert len(alt.group(1).split()) >= 6, f"{chapter.name}: alt text of {key} is too short to describe it"
-        assert re.search(r"^:name: fig-", options, re.M), f"{chapter.name}: figure {key} has no :name: fig-... to cite it"
+        assert re.search(r"^:name: fig-", options, re.M), (
+            f"{chapter.name}: figure {key} has no :name: fig-... to cite it"
+        )
     web_images = re.findall(r"\]\(https?://[^)]*\.(?:png|jpe?g|gif|svg|webp)\)|\{(?:figure|image)\} *https?://", text)
     assert not web_images, f"{chapter.name}: images from the web: {web_images}"
 

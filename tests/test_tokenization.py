@@ -28,7 +28,7 @@ def naive_merges(texts: list[str], num_merges: int) -> list[tuple[int, int]]:
         counts = Counter(pair for word in words for pair in zip(word, word[1:]))
         if not counts:
             break
-        best = min(counts, key=lambda pair: (-counts[pair], pair))   # most frequent, then smallest
+        best = min(counts, key=lambda pair: (-counts[pair], pair))  # most frequent, then smallest
         merges.append(best)
         words = [merge_pair(word, best, 255 + len(merges)) for word in words]
     return merges

@@ -26,8 +26,24 @@ MOON_LANDING = datetime.date(1969, 7, 20)  # a Sunday
 
 # --- ordinals --------------------------------------------------------------------------------
 
-EXPECTED_SUFFIXES = {1: "1st", 2: "2nd", 3: "3rd", 4: "4th", 10: "10th", 11: "11th", 12: "12th", 13: "13th",
-                     14: "14th", 20: "20th", 21: "21st", 22: "22nd", 23: "23rd", 24: "24th", 30: "30th", 31: "31st"}
+EXPECTED_SUFFIXES = {
+    1: "1st",
+    2: "2nd",
+    3: "3rd",
+    4: "4th",
+    10: "10th",
+    11: "11th",
+    12: "12th",
+    13: "13th",
+    14: "14th",
+    20: "20th",
+    21: "21st",
+    22: "22nd",
+    23: "23rd",
+    24: "24th",
+    30: "30th",
+    31: "31st",
+}
 
 
 def test_ordinal_suffix_of_the_tricky_days() -> None:
@@ -37,9 +53,23 @@ def test_ordinal_suffix_of_the_tricky_days() -> None:
 
 def test_ordinal_word_of_every_day() -> None:
     units = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth"]
-    expected = [*units, "tenth", "eleventh", "twelfth", "thirteenth", "fourteenth", "fifteenth", "sixteenth",
-                "seventeenth", "eighteenth", "nineteenth", "twentieth", *[f"twenty-{unit}" for unit in units],
-                "thirtieth", "thirty-first"]
+    expected = [
+        *units,
+        "tenth",
+        "eleventh",
+        "twelfth",
+        "thirteenth",
+        "fourteenth",
+        "fifteenth",
+        "sixteenth",
+        "seventeenth",
+        "eighteenth",
+        "nineteenth",
+        "twentieth",
+        *[f"twenty-{unit}" for unit in units],
+        "thirtieth",
+        "thirty-first",
+    ]
     assert [ordinal_word(day) for day in range(1, 32)] == expected
 
 
@@ -56,6 +86,7 @@ def test_ordinal_suffix_rejects_non_positive_numbers() -> None:
 
 # --- styles ----------------------------------------------------------------------------------
 
+
 def test_the_styles_of_one_date() -> None:
     assert {name: render(MOON_LANDING) for name, render in DATE_STYLES.items()} == {
         "long": "Sunday, the 20th of July 1969",
@@ -71,8 +102,13 @@ def test_the_styles_of_one_date() -> None:
 
 @pytest.mark.parametrize("style", list(DATE_STYLES))
 def test_every_style_names_the_right_weekday_month_and_year(style: str) -> None:
-    for date in [datetime.date(2021, 3, 3), datetime.date(1900, 1, 1), datetime.date(2000, 2, 29),
-                 datetime.date(2099, 12, 31), datetime.date(1987, 11, 12)]:
+    for date in [
+        datetime.date(2021, 3, 3),
+        datetime.date(1900, 1, 1),
+        datetime.date(2000, 2, 29),
+        datetime.date(2099, 12, 31),
+        datetime.date(1987, 11, 12),
+    ]:
         text = DATE_STYLES[style](date)
         assert text.endswith(str(date.year))
         weekday_tokens = [token for token in tokenize(text) if token[:3] in {day[:3] for day in WEEKDAYS}]
@@ -80,8 +116,12 @@ def test_every_style_names_the_right_weekday_month_and_year(style: str) -> None:
             assert weekday_tokens == [date.strftime("%A").lower()[: len(weekday_tokens[0])]], text
             assert weekday_tokens[0] in (WEEKDAYS[date.weekday()], WEEKDAYS[date.weekday()][:3])
         month = MONTHS[date.month - 1]
-        assert month in text.lower() or month[:3] in text.lower() or f"{date.month}/" in text \
-            or f".{date.month:02d}." in text, text
+        assert (
+            month in text.lower()
+            or month[:3] in text.lower()
+            or f"{date.month}/" in text
+            or f".{date.month:02d}." in text
+        ), text
 
 
 def test_styles_with_a_weekday_are_right_on_a_known_day() -> None:
@@ -92,6 +132,7 @@ def test_styles_with_a_weekday_are_right_on_a_known_day() -> None:
 
 
 # --- make_date_pairs -------------------------------------------------------------------------
+
 
 def test_make_date_pairs_is_deterministic_by_seed() -> None:
     assert make_date_pairs(50, seed=7) == make_date_pairs(50, seed=7)
@@ -149,10 +190,22 @@ def test_make_date_pairs_errors() -> None:
 
 # --- tokenize and Vocabulary -----------------------------------------------------------------
 
+
 def test_tokenize_splits_digits_words_and_punctuation() -> None:
     assert tokenize("March 3rd, 2021") == ["march", "3", "rd", ",", "2", "0", "2", "1"]
     assert tokenize("the twenty-second of may, 1999") == [
-        "the", "twenty", "-", "second", "of", "may", ",", "1", "9", "9", "9"]
+        "the",
+        "twenty",
+        "-",
+        "second",
+        "of",
+        "may",
+        ",",
+        "1",
+        "9",
+        "9",
+        "9",
+    ]
     assert tokenize("20.07.1969") == ["2", "0", ".", "0", "7", ".", "1", "9", "6", "9"]
     assert tokenize("Sun 20/7/1969") == ["sun", "2", "0", "/", "7", "/", "1", "9", "6", "9"]
     assert tokenize("  ") == []
@@ -195,6 +248,7 @@ def test_the_chapter_vocabulary_has_84_tokens() -> None:
 
 
 # --- date_batches ----------------------------------------------------------------------------
+
 
 def test_date_batches_shapes_and_contents() -> None:
     pairs = make_date_pairs(10, seed=0)

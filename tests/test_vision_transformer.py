@@ -16,14 +16,23 @@ def images(seed: int = 0, channels: int = CHANNELS, size: int = SIZE) -> torch.T
 
 
 def small_vit(**changes: object) -> VisionTransformer:
-    settings: dict[str, object] = {"image_size": SIZE, "patch_size": PATCH, "num_classes": 5, "d_model": D_MODEL,
-                                   "num_heads": 4, "num_layers": 2, "d_ff": 32, "in_channels": CHANNELS}
+    settings: dict[str, object] = {
+        "image_size": SIZE,
+        "patch_size": PATCH,
+        "num_classes": 5,
+        "d_model": D_MODEL,
+        "num_heads": 4,
+        "num_layers": 2,
+        "d_ff": 32,
+        "in_channels": CHANNELS,
+    }
     settings.update(changes)
     torch.manual_seed(0)
     return VisionTransformer(**settings)  # type: ignore[arg-type]
 
 
 # --- patches -----------------------------------------------------------------------------------------
+
 
 def test_patchify_reads_patches_row_by_row_channel_first() -> None:
     x = images()
@@ -32,7 +41,7 @@ def test_patchify_reads_patches_row_by_row_channel_first() -> None:
     columns = SIZE // PATCH
     for index in [0, 1, columns, patches.shape[1] - 1]:
         row, column = divmod(index, columns)
-        block = x[:, :, row * PATCH:(row + 1) * PATCH, column * PATCH:(column + 1) * PATCH]
+        block = x[:, :, row * PATCH : (row + 1) * PATCH, column * PATCH : (column + 1) * PATCH]
         assert torch.equal(patches[:, index], block.reshape(BATCH, -1)), index
 
 
@@ -55,6 +64,7 @@ def test_patch_embedding_equals_a_strided_conv2d_with_the_same_weights() -> None
 
 
 # --- the model -----------------------------------------------------------------------------------------
+
 
 def test_vit_shapes_and_recorded_attention() -> None:
     model = small_vit()
@@ -104,27 +114,34 @@ def test_dropout_is_used_only_in_training() -> None:
 
 # --- bad input --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("changes", "message"), [
-    ({"patch_size": 5}, "does not divide"),
-    ({"patch_size": 0}, "patch_size"),
-    ({"patch_size": True}, "patch_size"),
-    ({"image_size": 12.0}, "image_size"),
-    ({"num_classes": 0}, "num_classes"),
-    ({"in_channels": -1}, "in_channels"),
-    ({"num_heads": 3}, "num_heads"),
-    ({"dropout": 1.0}, "dropout"),
-])
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"patch_size": 5}, "does not divide"),
+        ({"patch_size": 0}, "patch_size"),
+        ({"patch_size": True}, "patch_size"),
+        ({"image_size": 12.0}, "image_size"),
+        ({"num_classes": 0}, "num_classes"),
+        ({"in_channels": -1}, "in_channels"),
+        ({"num_heads": 3}, "num_heads"),
+        ({"dropout": 1.0}, "dropout"),
+    ],
+)
 def test_bad_settings_raise_a_clear_value_error(changes: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         small_vit(**changes)
 
 
-@pytest.mark.parametrize(("bad", "message"), [
-    (images()[0], "4-D"),
-    (images(channels=1), "3 channel"),
-    (images(size=16), "12 x 12"),
-    (images().long(), "floating"),
-])
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (images()[0], "4-D"),
+        (images(channels=1), "3 channel"),
+        (images(size=16), "12 x 12"),
+        (images().long(), "floating"),
+    ],
+)
 def test_bad_images_raise_a_clear_value_error(bad: torch.Tensor, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         small_vit()(bad)

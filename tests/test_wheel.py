@@ -14,11 +14,37 @@ PACKAGE = ROOT / "src" / "transformer_book"
 
 
 def test_every_module_imports_from_the_built_wheel(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(tmp_path / "dist"),
-                    str(ROOT)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--quiet",
+            "--wheel-dir",
+            str(tmp_path / "dist"),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = (tmp_path / "dist").glob("transformer_book-*.whl")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(tmp_path / "site"),
-                    str(wheel)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--quiet",
+            "--target",
+            str(tmp_path / "site"),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+    )
     modules = sorted(path.stem for path in PACKAGE.glob("*.py") if path.stem != "__init__")
     script = (
         "import importlib, pathlib, transformer_book\n"
@@ -29,6 +55,11 @@ def test_every_module_imports_from_the_built_wheel(tmp_path: Path) -> None:
     )
     # Run from an empty folder with only the wheel's files ahead of the environment, so neither
     # src/ nor the editable install can stand in for a module the wheel left out.
-    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": str(tmp_path / "site")})
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+    )
     assert result.returncode == 0, f"the wheel is incomplete:\n{result.stderr}"
