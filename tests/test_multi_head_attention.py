@@ -382,3 +382,55 @@ def test_masks_that_broadcast_are_accepted(good_shape):
     output, weights = module(x, x, x, mask=torch.ones(good_shape, dtype=torch.bool))
     torch.testing.assert_close(output, module(x, x, x)[0])
     assert weights.shape == (BATCH, HEADS, N, N)
+
+
+# --- the fused path (need_weights=False) ------------------------------------------------------
+
+
+def fused_case_mask(case: str, batch: int, length: int) -> torch.Tensor | None:
+    """The book's masks (True = may attend), plus one where a query may attend to no key at all."""
+    padding = padding_mask(torch.tensor([length, length - 3]))
+    causal = causal_mask(length)[None]
+    blocked = torch.ones(batch, length, length, dtype=torch.bool)
+    blocked[0, 2] = False
+    return {
+        "no mask": None,
+        "padding": padding,
+        "causal": causal,
+        "padding and causal": padding & causal,
+        "a query with no key": blocked,
+        "cross-attention padding": padding_mask(torch.tensor([4, 2]), 5),
+    }[case]
+
+
+FUSED_CASES = ["no mask", "padding", "causal", "padding and causal", "a query with no key", "cross-attention padding"]
+
+
+@pytest.mark.parametrize("case", FUSED_CASES)
+def test_fused_path_equals_the_from_scratch_path_in_values_and_gradients(case: str) -> None:
+    torch.manual_seed(0)
+    batch, length, d_model = 2, 7, 16
+    module = MultiHeadAttention(d_model, 4)
+    query = torch.randn(batch, length, d_model, requires_grad=True)
+    memory_length = 5 if case == "cross-attention padding" else length
+    memory = torch.randn(batch, memory_length, d_model, requires_grad=True)
+    mask = fused_case_mask(case, batch, length)
+    results = []
+    for need_weights in (True, False):
+        output, weights = module(query, memory, memory, mask, need_weights=need_weights)
+        assert (weights is None) == (not need_weights)
+        gradients = torch.autograd.grad(output.square().sum(), [query, memory, *module.parameters()])
+        results.append((output, gradients))
+    (scratch, scratch_grads), (fused, fused_grads) = results
+    assert torch.isfinite(fused).all() and all(torch.isfinite(gradient).all() for gradient in fused_grads)
+    assert (fused - scratch).abs().max() < 1e-6
+    for ours, theirs in zip(fused_grads, scratch_grads):
+        assert (ours - theirs).abs().max() < 1e-5
+
+
+def test_fused_path_gives_a_query_with_no_key_the_output_bias() -> None:
+    torch.manual_seed(0)
+    module = MultiHeadAttention(8, 2)
+    x = torch.randn(2, 7, 8)
+    output, _ = module(x, x, x, fused_case_mask("a query with no key", 2, 7), need_weights=False)
+    assert torch.equal(output[0, 2], module.w_o.bias)
