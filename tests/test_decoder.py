@@ -357,3 +357,16 @@ def test_loading_pytorchs_decoder_layer_refuses_a_layer_without_cross_attention(
     theirs = nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF, batch_first=True)
     with pytest.raises(ValueError, match="no cross-attention"):
         load_torch_decoder_layer(DecoderLayer(D_MODEL, HEADS, D_FF, cross_attention=False), theirs)
+
+
+@pytest.mark.parametrize("cross_attention", [True, False])
+def test_a_layer_without_kept_weights_takes_the_fused_path_to_the_same_output(cross_attention: bool) -> None:
+    torch.manual_seed(0)
+    layer = DecoderLayer(D_MODEL, HEADS, D_FF, cross_attention=cross_attention).eval()
+    x, memory, source_mask = inputs()
+    memory_or_none = memory if cross_attention else None
+    kept = layer(x, memory_or_none, source_mask if cross_attention else None)
+    layer.keep_attention_weights = False
+    fused = layer(x, memory_or_none, source_mask if cross_attention else None)
+    assert layer.self_attention_weights is None and layer.cross_attention_weights is None
+    assert (fused - kept).abs().max() < 1e-5

@@ -269,3 +269,15 @@ def test_unknown_activation() -> None:
 def test_bad_d_ff() -> None:
     with pytest.raises(ValueError, match="d_ff must be a positive integer"):
         EncoderLayer(D_MODEL, HEADS, 0)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_a_layer_without_kept_weights_takes_the_fused_path_to_the_same_output(norm_first: bool) -> None:
+    torch.manual_seed(0)
+    layer = EncoderLayer(D_MODEL, HEADS, D_FF, norm_first=norm_first).eval()
+    mask = padding_mask(torch.tensor(LENGTHS), N)
+    kept = layer(inputs(), mask)
+    layer.keep_attention_weights = False
+    fused = layer(inputs(), mask)
+    assert layer.attention_weights is None
+    assert (fused - kept).abs().max() < 1e-5
