@@ -423,7 +423,7 @@ def test_fused_path_equals_the_from_scratch_path_in_values_and_gradients(case: s
         results.append((output, gradients))
     (scratch, scratch_grads), (fused, fused_grads) = results
     assert torch.isfinite(fused).all() and all(torch.isfinite(gradient).all() for gradient in fused_grads)
-    assert (fused - scratch).abs().max() < 1e-6
+    assert (fused - scratch).abs().max() < 1e-5  # float32 rounding: the fused kernel adds in another order
     for ours, theirs in zip(fused_grads, scratch_grads):
         assert (ours - theirs).abs().max() < 1e-5
 
