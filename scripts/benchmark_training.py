@@ -23,6 +23,8 @@ from torch import Tensor, nn
 
 from transformer_book import device, seed_everything
 from transformer_book.batching import Batch, make_batch
+from transformer_book.decoder import DecoderLayer
+from transformer_book.encoder import EncoderLayer
 from transformer_book.full_model import TokenEmbedding, make_transformer
 from transformer_book.label_smoothing import LabelSmoothingLoss
 from transformer_book.positional_encoding import PositionalEncoding
@@ -65,7 +67,7 @@ class TorchTransformer(nn.Module):
 def keep_attention_weights(model: nn.Module, keep: bool) -> None:
     """Set every encoder and decoder layer of the model to keep its attention weights, or not."""
     for module in model.modules():
-        if hasattr(module, "keep_attention_weights"):
+        if isinstance(module, EncoderLayer | DecoderLayer):
             module.keep_attention_weights = keep
 
 
