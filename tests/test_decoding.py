@@ -7,10 +7,12 @@ brute force whatever the weights are.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import pytest
 import torch
 
+from transformer_book import decoding
 from transformer_book.batching import END_ID, START_ID, make_batch, pad_sequences
 from transformer_book.decoding import (
     IncrementalDecoder,
@@ -169,6 +171,34 @@ def test_generate_applies_choose_and_stops_at_the_end_token() -> None:
         choose=lambda logits: torch.full_like(logits[:, 0], 7, dtype=torch.long),
     )
     assert always_seven == [[7, 7, 7, 7], [7, 7, 7, 7]]
+
+
+def test_generate_asks_whether_every_row_ended_every_step_on_the_cpu_only() -> None:
+    assert decoding.steps_between_stop_checks(torch.device("cpu")) == 1
+    assert decoding.steps_between_stop_checks(torch.device("cuda")) > 1
+
+
+def test_checking_for_the_end_every_few_steps_gives_the_same_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an accelerator generate asks only every few steps; the tokens after a row's end are cut off."""
+    model = tiny_model()
+    source, source_mask = padded_sources([7, 3, 5, 1, 6, 2])
+    end_step = torch.tensor([2, 5, 1, 3, 4, 2])  # row r emits END_ID at this step, symbol 3 + r before it
+
+    def scripted(counter: list[int]) -> Callable[[torch.Tensor], torch.Tensor]:
+        def choose(logits: torch.Tensor) -> torch.Tensor:
+            step = counter[0]
+            counter[0] += 1
+            symbols = 3 + torch.arange(logits.shape[0])
+            return torch.where(step >= end_step, torch.full_like(symbols, END_ID), symbols)
+
+        return choose
+
+    every_step_count, every_eighth_count = [0], [0]
+    every_step = generate(model, source, source_mask, max_new_tokens=20, choose=scripted(every_step_count))
+    monkeypatch.setattr(decoding, "steps_between_stop_checks", lambda device: 8)
+    every_eighth = generate(model, source, source_mask, max_new_tokens=20, choose=scripted(every_eighth_count))
+    assert every_eighth == every_step == [[3 + row] * int(end_step[row]) for row in range(6)]
+    assert (every_step_count[0], every_eighth_count[0]) == (6, 8)  # the last row ends at step 6; the check at 8
 
 
 # --- beam search --------------------------------------------------------------------------------
