@@ -305,8 +305,8 @@ def test_vocabulary_size_must_be_a_positive_integer(vocab_size):
 @pytest.mark.parametrize(
     ("tokens", "message"),
     [
-        (torch.tensor([[1, VOCAB]]), rf"token ids must lie in \[0, {VOCAB}\), got ids from 1 to {VOCAB}"),
-        (torch.tensor([[-1, 2]]), rf"token ids must lie in \[0, {VOCAB}\), got ids from -1 to 2"),
+        (torch.tensor([[1, VOCAB]]), rf"tokens must be token ids in \[0, {VOCAB}\), got ids from 1 to {VOCAB}"),
+        (torch.tensor([[-1, 2]]), rf"tokens must be token ids in \[0, {VOCAB}\), got ids from -1 to 2"),
         (torch.tensor([[1.0, 2.0]]), "tokens must be integer ids, got dtype torch.float32"),
         (torch.tensor([[True, False]]), "tokens must be integer ids, got dtype torch.bool"),
     ],

@@ -34,9 +34,9 @@ def test_smoothed_targets_follow_the_formula_and_sum_to_one() -> None:
 def test_smoothed_targets_reject_bad_smoothing_and_ids() -> None:
     with pytest.raises(ValueError, match=r"smoothing must be in \[0, 1\), got smoothing=1.0"):
         smoothed_targets(torch.tensor([1]), 4, 1.0)
-    with pytest.raises(ValueError, match=r"targets must be token ids in \[0, 4\), got values from 0 to 4"):
+    with pytest.raises(ValueError, match=r"targets must be token ids in \[0, 4\), got ids from 0 to 4"):
         smoothed_targets(torch.tensor([0, 4]), 4, 0.1)
-    with pytest.raises(ValueError, match=r"got values from -1 to 2"):
+    with pytest.raises(ValueError, match=r"got ids from -1 to 2"):
         smoothed_targets(torch.tensor([-1, 2]), 4, 0.1)
 
 

@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+import torch
 from torch import nn
 
 from transformer_book.block_anatomy import PositionwiseFeedForward, SublayerConnection
@@ -16,7 +17,7 @@ from transformer_book.learning_rate import transformer_learning_rate
 from transformer_book.multi_head_attention import MultiHeadAttention
 from transformer_book.positional_encoding import PositionalEncoding
 from transformer_book.self_attention import SelfAttention
-from transformer_book.validation import integer, positive_int, probability
+from transformer_book.validation import integer, positive_int, probability, token_ids
 
 
 @pytest.mark.parametrize("value", [3, np.int64(3), np.int32(3), np.uint8(3)])
@@ -86,3 +87,23 @@ def test_multi_head_attention_stores_plain_ints() -> None:
 def test_a_rate_is_checked_by_every_layer_with_dropout() -> None:
     with pytest.raises(ValueError, match="dropout must be a probability"):
         SublayerConnection(8, dropout=True)  # type: ignore[arg-type]
+
+
+def test_token_ids_accepts_integer_ids_in_range() -> None:
+    token_ids(torch.tensor([[0, 3], [4, 1]]), 5)
+    token_ids(torch.zeros(0, dtype=torch.long), 5)  # no ids, nothing out of range
+
+
+@pytest.mark.parametrize(
+    ("tokens", "message"),
+    [
+        ([1, 2], "targets must be a tensor of integer ids, got list"),
+        (torch.tensor([1.0]), "targets must be integer ids, got dtype torch.float32"),
+        (torch.tensor([True]), "targets must be integer ids, got dtype torch.bool"),
+        (torch.tensor([0, 5]), r"targets must be token ids in \[0, 5\), got ids from 0 to 5"),
+        (torch.tensor([-1, 2]), r"targets must be token ids in \[0, 5\), got ids from -1 to 2"),
+    ],
+)
+def test_token_ids_names_the_argument_and_the_problem(tokens: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        token_ids(tokens, 5, "targets")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import operator
 
+import torch
+
 
 def integer(value: object, name: str, *, minimum: int | None = None) -> int:
     """Return value as an int; raise ValueError naming the argument unless it is an integer >= minimum."""
@@ -42,3 +44,20 @@ def probability(value: float, name: str = "dropout") -> float:
     if isinstance(value, bool) or not 0.0 <= value < 1.0:  # written this way round, NaN fails too
         raise ValueError(f"{name} must be a probability in [0, 1), got {name}={value}")
     return float(value)
+
+
+def token_ids(tokens: object, vocab_size: int, name: str = "tokens") -> None:
+    """Raise ValueError, naming the argument, unless tokens is a tensor of integer ids in [0, vocab_size).
+
+    The range is checked for CPU tensors only. Reading ids back from a GPU would make the host wait
+    for the device at every call (twice per decoding step); there, the embedding's or the loss's own
+    device-side assert stops a bad id instead.
+    """
+    if not isinstance(tokens, torch.Tensor):
+        raise ValueError(f"{name} must be a tensor of integer ids, got {type(tokens).__name__}")
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise ValueError(f"{name} must be integer ids, got dtype {tokens.dtype}")
+    if tokens.device.type == "cpu" and tokens.numel() and (tokens.min() < 0 or tokens.max() >= vocab_size):
+        raise ValueError(
+            f"{name} must be token ids in [0, {vocab_size}), got ids from {int(tokens.min())} to {int(tokens.max())}"
+        )
