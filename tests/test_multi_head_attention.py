@@ -387,7 +387,7 @@ def test_masks_that_broadcast_are_accepted(good_shape):
 # --- the fused path (need_weights=False) ------------------------------------------------------
 
 
-def fused_case_mask(case: str, batch: int, length: int) -> torch.Tensor | None:
+def fused_case_masks(batch: int, length: int) -> dict[str, torch.Tensor | None]:
     """The book's masks (True = may attend), plus one where a query may attend to no key at all."""
     padding = padding_mask(torch.tensor([length, length - 3]))
     causal = causal_mask(length)[None]
@@ -400,10 +400,10 @@ def fused_case_mask(case: str, batch: int, length: int) -> torch.Tensor | None:
         "padding and causal": padding & causal,
         "a query with no key": blocked,
         "cross-attention padding": padding_mask(torch.tensor([4, 2]), 5),
-    }[case]
+    }
 
 
-FUSED_CASES = ["no mask", "padding", "causal", "padding and causal", "a query with no key", "cross-attention padding"]
+FUSED_CASES = list(fused_case_masks(2, 7))
 
 
 @pytest.mark.parametrize("case", FUSED_CASES)
@@ -414,7 +414,7 @@ def test_fused_path_equals_the_from_scratch_path_in_values_and_gradients(case: s
     query = torch.randn(batch, length, d_model, requires_grad=True)
     memory_length = 5 if case == "cross-attention padding" else length
     memory = torch.randn(batch, memory_length, d_model, requires_grad=True)
-    mask = fused_case_mask(case, batch, length)
+    mask = fused_case_masks(batch, length)[case]
     results = []
     for need_weights in (True, False):
         output, weights = module(query, memory, memory, mask, need_weights=need_weights)
@@ -432,5 +432,5 @@ def test_fused_path_gives_a_query_with_no_key_the_output_bias() -> None:
     torch.manual_seed(0)
     module = MultiHeadAttention(8, 2)
     x = torch.randn(2, 7, 8)
-    output, _ = module(x, x, x, fused_case_mask("a query with no key", 2, 7), need_weights=False)
+    output, _ = module(x, x, x, fused_case_masks(2, 7)["a query with no key"], need_weights=False)
     assert torch.equal(output[0, 2], module.w_o.bias)
