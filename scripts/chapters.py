@@ -5,6 +5,8 @@ Shared by ``tests/test_chapters.py`` and ``scripts/time_chapters.py``.
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import os
 import tempfile
 import time
@@ -53,6 +55,43 @@ def book_chapters() -> list[Path]:
 def toc_chapters() -> list[Path]:
     """The executable chapters of ``_toc.yml``, in reading order."""
     return [page for page in toc_files() if is_notebook(page)]
+
+
+def chapter_code(chapter: Path) -> ast.Module:
+    """The chapter's code cells as one Python module (IPython's ``%`` and ``!`` lines left out)."""
+    cells = [cell.source for cell in jupytext.read(chapter).cells if cell.cell_type == "code"]
+    lines = [line for line in "\n".join(cells).splitlines() if not line.lstrip().startswith(("%", "!"))]
+    return ast.parse("\n".join(lines), filename=str(chapter))
+
+
+def check_calls(chapter: Path) -> list[ast.Call]:
+    """Every call of ``check(...)`` in the chapter's code, in reading order: its claims."""
+    calls = [
+        node
+        for node in ast.walk(chapter_code(chapter))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "check"
+    ]
+    return sorted(calls, key=lambda call: (call.lineno, call.col_offset))
+
+
+def claim_source(call: ast.Call) -> str:
+    """A check's claim as written: a string, or an f-string's template (one claim, whatever it fills in)."""
+    if not call.args:
+        raise ValueError(f"line {call.lineno}: check() without its claim")
+    return ast.unparse(call.args[0])
+
+
+def claims_fingerprint(chapter: Path) -> str:
+    """A digest of the chapter's checks as written (claims, measured values and bounds), so that the
+    robustness summary can tell when a claim or a threshold changed after its sweep."""
+    text = "\n".join(ast.unparse(call) for call in check_calls(chapter))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def swept_chapters() -> list[Path]:
+    """The chapters ``make robustness`` sweeps: exactly those of ``_toc.yml`` that call ``check``,
+    the claims about trained, sampled or timed results, in reading order."""
+    return [chapter for chapter in toc_chapters() if check_calls(chapter)]
 
 
 class ChapterFailed(Exception):

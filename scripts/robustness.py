@@ -1,27 +1,38 @@
-"""Re-run the chapters whose results are stochastic over seeds and thread counts; print, per claim,
-how often it held and by what margin.
+"""Re-run the chapters whose claims rest on training, sampling or timing over seeds and thread
+counts; print, per claim, how often it held and by what margin; record it in ``robustness.json``.
 
     python scripts/robustness.py                          # the default sweep: 10 seeds x {1, 2, 4} threads
     python scripts/robustness.py --seeds 3 --threads 1 book/training.md
     python scripts/robustness.py --jobs 8                 # on a machine with 16 cores
 
-Every run executes a chapter itself, unchanged, in a fresh kernel, with ``BOOK_SEED`` (which
-moves all of the chapter's seeds: weights, data, sampling) and ``OMP_NUM_THREADS`` set. The
-chapter's hidden checks call ``transformer_book.check``; with ``BOOK_CLAIMS_LOG`` set, each check
-is written to a log instead of raising, so one run reports every claim. Runs on the CPU hide the
-GPU; where CUDA is present, each seed also runs once on it.
+The chapters swept are exactly those that call ``check`` (``chapters.swept_chapters``). Every run
+executes a chapter itself, unchanged, in a fresh kernel, with ``BOOK_SEED`` (which moves all of the
+chapter's seeds: weights, data, sampling) and ``OMP_NUM_THREADS`` set. The chapter's hidden checks
+call ``transformer_book.check``; with ``BOOK_CLAIMS_LOG`` pointing into this script's scratch folder
+(marked as the sweep's, so that the variable is refused anywhere else), each check is written to a
+log instead of raising, so one run reports every claim. Runs on the CPU hide the GPU; where CUDA
+is present, each seed also runs once on it.
 
-The table gives, per chapter and claim: the pass rate, the minimum, median and maximum of the
-measured value, the threshold, and the smallest margin to it (value minus bound, in the claim's own
-units; negative means it failed somewhere). It prints and asserts nothing: it is a measurement for
-authors, not a test. A run that raised (not a check, a crash) is listed with its error.
+The table gives, per chapter and claim: in how many runs it held (a claim checked in a loop holds
+in a run when every one of its checks did; a run that raised before reaching it counts against
+it), the minimum, median and maximum of the measured value, the threshold, and the smallest margin
+to it (value minus bound, in the claim's own units; negative means it failed somewhere). A run that
+raised (not a check, a crash) is listed with its error. It asserts nothing: it is a measurement.
+
+Each swept chapter's row in ``robustness.json`` is replaced by this sweep's (``--no-record`` to
+leave it alone): the claims and their statistics, the seeds, threads, devices and machine, and a
+fingerprint of the chapter's ``check`` calls. ``tests/test_robustness_summary.py`` fails when a
+chapter's claims or thresholds changed after its recorded sweep, or when a recorded claim did not
+hold in every run.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import platform
 import re
 import statistics
 import sys
@@ -33,29 +44,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chapters import BOOK, ROOT, ChapterFailed, execute_chapter
+from chapters import ROOT, ChapterFailed, claims_fingerprint, execute_chapter, swept_chapters
 
-#: Chapters whose checks rest on training or sampling, and so can differ from run to run.
-STOCHASTIC = [
-    "sequential-bottleneck",
-    "scaled-dot-product",
-    "self-attention",
-    "multi-head-attention",
-    "positional-encoding",
-    "block-anatomy",
-    "batching",
-    "training",
-    "translation",
-    "decoding",
-    "tokenization",
-    "decoder-only",
-    "encoder-only",
-    "vision-transformer",
-    "text-to-text",
-    "relative-positions",
-    "efficient-attention",
-    "precision-and-memory",
-]
+#: The committed record of the latest sweep of each chapter.
+SUMMARY = ROOT / "robustness.json"
+#: Written into the scratch folder of each run; ``check`` refuses a claims log anywhere else.
+SWEEP_MARKER = ".robustness-sweep"
 
 
 @dataclass(frozen=True)
@@ -80,6 +74,7 @@ class Outcome:
 
 def run(setting: Setting) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="robustness-") as scratch:
+        (Path(scratch) / SWEEP_MARKER).write_text("scratch folder of scripts/robustness.py\n")
         log = Path(scratch) / "claims.jsonl"
         environment = {
             "BOOK_SEED": str(setting.seed),
@@ -136,33 +131,79 @@ def threshold_text(record: dict[str, Any]) -> str:
     return "true"
 
 
-def report(outcomes: list[Outcome], settings_per_chapter: dict[str, int]) -> None:
-    by_claim: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    order: list[tuple[str, str]] = []
-    for outcome in outcomes:
-        for record in outcome.claims:
-            key = (outcome.setting.chapter.stem, record["claim"])
-            if key not in by_claim:
-                order.append(key)
-            by_claim[key].append(record)
+@dataclass
+class ClaimSummary:
+    chapter: str
+    claim: str
+    threshold: str
+    passed_runs: int
+    runs: int
+    values: list[float]
+    margins: list[float]
 
+    def as_record(self) -> dict[str, Any]:
+        return {
+            "claim": self.claim,
+            "threshold": self.threshold,
+            "held": f"{self.passed_runs}/{self.runs}",
+            "min": min(self.values),
+            "median": statistics.median(self.values),
+            "max": max(self.values),
+            "min_margin": min(self.margins) if self.margins else None,
+        }
+
+
+def summarise(outcomes: list[Outcome]) -> list[ClaimSummary]:
+    """Per chapter and claim, in how many runs it held. A claim held in a run when every one of its
+    checks there passed; a run that raised before reaching a claim other runs reached counts as a
+    failure of it, so a crash can never raise the pass rate."""
+    per_run: dict[tuple[str, str], list[list[dict[str, Any]]]] = defaultdict(list)
+    order: list[tuple[str, str]] = []
+    runs_of: dict[str, list[Outcome]] = defaultdict(list)
+    for outcome in outcomes:
+        chapter = outcome.setting.chapter.stem
+        runs_of[chapter].append(outcome)
+        grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for record in outcome.claims:
+            grouped[record["claim"]].append(record)
+        for claim, records in grouped.items():
+            if (chapter, claim) not in per_run:
+                order.append((chapter, claim))
+            per_run[(chapter, claim)].append(records)
+    summaries = []
+    for chapter, claim in order:
+        runs = per_run[(chapter, claim)]
+        raised_before = sum(
+            1 for outcome in runs_of[chapter] if outcome.error and all(r["claim"] != claim for r in outcome.claims)
+        )
+        records = [record for run in runs for record in run]
+        summaries.append(
+            ClaimSummary(
+                chapter,
+                claim,
+                threshold_text(records[0]),
+                passed_runs=sum(all(record["passed"] for record in run) for run in runs),
+                runs=len(runs) + raised_before,
+                values=[record["value"] for record in records],
+                margins=[record["margin"] for record in records if record["margin"] is not None],
+            )
+        )
+    return summaries
+
+
+def report(outcomes: list[Outcome], summaries: list[ClaimSummary]) -> None:
     print()
-    header = f"{'chapter':<22} {'claim':<70} {'passed':>9} {'min':>10} {'median':>10} {'max':>10} {'threshold':>18} {'min margin':>11}"
+    header = f"{'chapter':<22} {'claim':<70} {'held':>9} {'min':>10} {'median':>10} {'max':>10} {'threshold':>18} {'min margin':>11}"
     print(header)
     print("-" * len(header))
-    for chapter, claim in sorted(order, key=lambda key: STOCHASTIC.index(key[0]) if key[0] in STOCHASTIC else 99):
-        records = by_claim[(chapter, claim)]
-        runs = settings_per_chapter[chapter]
-        passed = sum(record["passed"] for record in records)
-        values = [record["value"] for record in records]
-        margins = [record["margin"] for record in records if record["margin"] is not None]
-        # A claim checked in a loop appears several times a run; a claim a run never reached counts as failed.
-        denominator = max(len(records), runs)
-        shown = claim if len(claim) <= 70 else claim[:67] + "..."
+    for summary in summaries:
+        record = summary.as_record()
+        shown = summary.claim if len(summary.claim) <= 70 else summary.claim[:67] + "..."
+        margin = record["min_margin"]
         print(
-            f"{chapter:<22} {shown:<70} {passed:>4}/{denominator:<4} {min(values):>10.4g} "
-            f"{statistics.median(values):>10.4g} {max(values):>10.4g} {threshold_text(records[0]):>18} "
-            f"{(f'{min(margins):.4g}' if margins else '-'):>11}"
+            f"{summary.chapter:<22} {shown:<70} {record['held']:>9} {record['min']:>10.4g} "
+            f"{record['median']:>10.4g} {record['max']:>10.4g} {summary.threshold:>18} "
+            f"{(f'{margin:.4g}' if margin is not None else '-'):>11}"
         )
 
     crashes = [outcome for outcome in outcomes if outcome.error]
@@ -170,16 +211,50 @@ def report(outcomes: list[Outcome], settings_per_chapter: dict[str, int]) -> Non
         print("\nRuns that raised (not a check):")
         for outcome in crashes:
             print(f"  {outcome.setting.label}: {outcome.error}")
-    failed = sum(not record["passed"] for records in by_claim.values() for record in records)
-    print(
-        f"\n{len(by_claim)} claims, {sum(len(r) for r in by_claim.values())} checks, {failed} failed, "
-        f"{len(crashes)} runs raised."
+    failed = sum(summary.passed_runs < summary.runs for summary in summaries)
+    print(f"\n{len(summaries)} claims, {failed} failed in some run, {len(crashes)} runs raised.")
+
+
+def machine() -> str:
+    """Where the sweep ran: processor (or GPU), cores, PyTorch and Python."""
+    import torch
+
+    from transformer_book.helpers import processor_name
+
+    return (
+        f"{processor_name()}, {os.cpu_count()} cores; PyTorch {torch.__version__}, Python {platform.python_version()}"
     )
+
+
+def record(outcomes: list[Outcome], summaries: list[ClaimSummary], devices: list[str]) -> None:
+    """Replace the swept chapters' rows of ``robustness.json`` with this sweep's."""
+    summary = json.loads(SUMMARY.read_text()) if SUMMARY.exists() else {}
+    chapters = summary.setdefault("chapters", {})
+    for chapter in sorted({outcome.setting.chapter for outcome in outcomes}, key=lambda path: path.stem):
+        runs = [outcome for outcome in outcomes if outcome.setting.chapter == chapter]
+        chapters[chapter.stem] = {
+            "fingerprint": claims_fingerprint(chapter),
+            "seeds": sorted({outcome.setting.seed for outcome in runs}),
+            "threads": sorted({outcome.setting.threads for outcome in runs}),
+            "devices": devices,
+            "runs": len(runs),
+            "runs_that_raised": [f"{o.setting.label}: {o.error}" for o in runs if o.error],
+            "machine": machine(),
+            "date": datetime.date.today().isoformat(),
+            "claims": [s.as_record() for s in summaries if s.chapter == chapter.stem],
+        }
+    summary["about"] = (
+        "The latest sweep of each chapter's claims by scripts/robustness.py (make robustness): "
+        "written by that script, checked by tests/test_robustness_summary.py."
+    )
+    summary["chapters"] = dict(sorted(chapters.items()))
+    SUMMARY.write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"recorded in {SUMMARY.relative_to(ROOT)}")
 
 
 def main(arguments: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("chapters", nargs="*", help="chapters to sweep (default: the stochastic ones)")
+    parser.add_argument("chapters", nargs="*", help="chapters to sweep (default: every chapter that calls check)")
     parser.add_argument("--seeds", type=int, default=10, help="BOOK_SEED = 0 .. SEEDS-1 (default 10)")
     parser.add_argument("--first-seed", type=int, default=0, help="start the seeds here (default 0)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4], help="CPU thread counts (default 1 2 4)")
@@ -190,9 +265,10 @@ def main(arguments: list[str]) -> int:
         help="chapters run at once (default: half the CPU cores)",
     )
     parser.add_argument("--no-cuda", action="store_true", help="skip the CUDA runs even where a GPU is present")
+    parser.add_argument("--no-record", action="store_true", help="print only; leave robustness.json as it is")
     options = parser.parse_args(arguments)
 
-    chapters = [Path(chapter).resolve() for chapter in options.chapters] or [BOOK / f"{stem}.md" for stem in STOCHASTIC]
+    chapters = [Path(chapter).resolve() for chapter in options.chapters] or swept_chapters()
     devices = ["cpu"] + (["cuda"] if cuda_available() and not options.no_cuda else [])
     settings = [
         Setting(chapter, seed, threads, device)
@@ -201,9 +277,6 @@ def main(arguments: list[str]) -> int:
         for device in devices
         for threads in (options.threads if device == "cpu" else [options.threads[0]])
     ]
-    per_chapter: dict[str, int] = defaultdict(int)
-    for setting in settings:
-        per_chapter[setting.chapter.stem] += 1
 
     print(
         f"{len(settings)} runs: {len(chapters)} chapters x {options.seeds} seeds x "
@@ -228,7 +301,13 @@ def main(arguments: list[str]) -> int:
                 f"{len(outcome.claims)} checks, {status}",
                 flush=True,
             )
-    report(outcomes, per_chapter)
+    outcomes.sort(
+        key=lambda outcome: (chapters.index(outcome.setting.chapter), outcome.setting.seed, outcome.setting.threads)
+    )
+    summaries = summarise(outcomes)
+    report(outcomes, summaries)
+    if not options.no_record:
+        record(outcomes, summaries, devices)
     elapsed = time.perf_counter() - start
     print(f"sweep time: {elapsed / 60:.1f} min wall, {sum(o.seconds for o in outcomes) / 60:.1f} min of chapter runs")
     return 0

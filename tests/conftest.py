@@ -15,6 +15,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The claims log of the robustness sweep turns every check into a log line: never in a test run."""
+    if os.environ.get("BOOK_CLAIMS_LOG"):
+        raise pytest.UsageError(
+            "BOOK_CLAIMS_LOG is set: it would turn every claim of the book into a log line. Only make robustness "
+            "sets it; unset BOOK_CLAIMS_LOG and run the tests again."
+        )
+
+
 @dataclass
 class BookBuild:
     """The result of ``jupyter-book build`` from an empty cache."""

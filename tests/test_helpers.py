@@ -186,6 +186,7 @@ def test_check_records_every_claim_for_the_robustness_sweep(monkeypatch: pytest.
     import json
 
     log = tmp_path / "claims.jsonl"
+    (tmp_path / helpers.SWEEP_MARKER).write_text("")
     monkeypatch.setenv(helpers.CLAIMS_LOG_VARIABLE, str(log))
     helpers.check("held", 0.99, at_least=0.98)
     helpers.check("failed, recorded and not raised", 0.5, at_least=0.98, at_most=1.0)
@@ -194,3 +195,21 @@ def test_check_records_every_claim_for_the_robustness_sweep(monkeypatch: pytest.
     assert [record["passed"] for record in records] == [True, False, False]
     assert records[0]["margin"] == pytest.approx(0.01) and records[1]["margin"] == pytest.approx(-0.48)
     assert records[2]["margin"] is None and records[1]["at_most"] == 1.0
+
+
+def test_a_claims_log_outside_the_sweep_is_refused_rather_than_silencing_every_check(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    log = tmp_path / "claims.jsonl"
+    monkeypatch.setenv(helpers.CLAIMS_LOG_VARIABLE, str(log))
+    with pytest.raises(RuntimeError, match="Only make robustness"):
+        helpers.check("a claim that fails", 0.5, at_least=0.98)
+    with pytest.raises(RuntimeError, match="Only make robustness"):
+        helpers.check("a claim that holds", True)
+    assert not log.exists()
+
+
+def test_the_sweep_marks_its_scratch_folder_with_the_marker_check_looks_for() -> None:
+    import robustness
+
+    assert robustness.SWEEP_MARKER == helpers.SWEEP_MARKER

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -13,7 +14,7 @@ import export
 import invalidate_cache
 import reading_time
 import sync_twins
-from chapters import ROOT, colab_bootstrap, toc_chapters, toc_files
+from chapters import ROOT, chapter_code, check_calls, claim_source, colab_bootstrap, toc_chapters, toc_files
 
 CHAPTERS = toc_chapters()
 ids = [chapter.stem for chapter in CHAPTERS]
@@ -125,11 +126,74 @@ def test_chapter_follows_the_anatomy(chapter: Path) -> None:
         f"{chapter.name}: exercises {exercises} vs hidden solutions {solutions}"
     )
     assert text.count("```{solution-start}") == text.count("```{solution-end}"), f"{chapter.name}: unbalanced solutions"
-    notebook = jupytext.read(chapter)
-    checks = [
-        cell for cell in notebook.cells if cell.cell_type == "code" and "remove-cell" in cell.metadata.get("tags", [])
+    hidden = [
+        ast.parse("\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!"))))
+        for cell in jupytext.read(chapter).cells
+        if cell.cell_type == "code" and "remove-cell" in cell.metadata.get("tags", [])
     ]
-    assert any("assert" in cell.source for cell in checks), f"{chapter.name}: no hidden cell asserts its claims"
+    # A claim is checked by a call of check() or by an assert statement, not by the word "assert" in a comment.
+    checking = [
+        node
+        for tree in hidden
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assert)
+        or (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "check")
+    ]
+    assert checking, f"{chapter.name}: no hidden cell checks its claims (no check() call, no assert statement)"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=ids)
+def test_claims_are_unique_within_a_chapter(chapter: Path) -> None:
+    """The robustness sweep groups records by claim: two checks with one claim would be counted as one."""
+    claims = [claim_source(call) for call in check_calls(chapter)]
+    duplicates = sorted({claim for claim in claims if claims.count(claim) > 1})
+    assert not duplicates, f"{chapter.name}: claims checked twice: {duplicates}"
+    constant = [claim for claim in claims if not claim.startswith(("'", '"', "f'", 'f"'))]
+    assert not constant, f"{chapter.name}: a claim must be written out as a string, not computed: {constant}"
+
+
+#: A setting that a trained experiment depends on: never chosen by device (DESIGN.md §7).
+TRAINING_SETTING = re.compile(r"step|batch|epoch|lr|learning|rate|layer|d_model|d_ff|head|dropout|warm|train", re.I)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=ids)
+def test_by_device_chooses_only_measured_sizes(chapter: Path) -> None:
+    """One experiment on every device: by_device may pick the lengths of a timing or memory sweep,
+    assigned to a name of their own, never a training setting nor an argument passed straight on."""
+    tree = chapter_code(chapter)
+    uses = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "by_device"
+    ]
+    assigned = {
+        id(node.value.func if isinstance(node.value, ast.Call) else node.value): node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+    }
+    wrong = []
+    for call in uses:
+        # The call must be the whole right-hand side of "name = by_device(...)" (or inside a plain expression
+        # computing that name's value, such as range(...)), never an argument of a model or training call.
+        owner = next(
+            (node for node in assigned.values() if any(inner is call for inner in ast.walk(node.value))),
+            None,
+        )
+        if owner is None:
+            wrong.append(f"line {call.lineno}: by_device(...) outside an assignment to a name")
+            continue
+        name = owner.targets[0].id  # type: ignore[attr-defined]
+        calls_inside = [node for node in ast.walk(owner.value) if isinstance(node, ast.Call) and node is not call]
+        passed_on = [node for node in calls_inside if any(inner is call for inner in ast.walk(node))]
+        if TRAINING_SETTING.search(name) or any(
+            not (isinstance(node.func, ast.Name) and node.func.id in {"range", "list"}) for node in passed_on
+        ):
+            wrong.append(f"line {call.lineno}: {name} = {ast.unparse(owner.value)}")
+    wrong = list(dict.fromkeys(wrong))
+    assert not wrong, (
+        f"{chapter.name}: by_device chooses a training setting or is passed straight into a call; a GPU must run "
+        f"the same experiment as the CPU (by_device is for the sizes of a measurement only): {wrong}"
+    )
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=ids)

@@ -47,12 +47,21 @@ def device() -> torch.device:
 
 
 def on_accelerator() -> bool:
-    """True when :func:`device` is not the CPU, so a chapter may use larger settings."""
+    """True when :func:`device` is not the CPU."""
     return device().type != "cpu"
 
 
 def by_device(cpu: T, accelerator: T) -> T:
-    """Pick a setting: the CPU value is the book's; an accelerator may afford more."""
+    """Pick a size that is measured, not trained: the CPU value is the book's.
+
+    Only for the sizes of a measurement, such as the lengths of a timing or memory sweep, where an
+    accelerator can afford longer inputs and no claim depends on the choice beyond what is
+    measured. Never for the settings of an experiment whose result a claim checks (steps, batch
+    size, model size, learning rate, data): a GPU must run the same experiment as the CPU, only
+    faster. A bigger training budget on a GPU once turned a chapter's lesson round (a model
+    without positions learned them from the causal mask). ``tests/test_sources.py`` refuses
+    ``by_device`` anywhere but the right-hand side of a plain assignment to a measured size.
+    """
     return accelerator if on_accelerator() else cpu
 
 
@@ -68,8 +77,12 @@ def count_parameters(module: torch.nn.Module) -> int:
 #: The environment variable that picks the run: 0 (or unset) is the book's own run.
 SEED_VARIABLE = "BOOK_SEED"
 #: When set, :func:`check` appends each claim to this file (one JSON object a line) instead of
-#: raising, so that ``make robustness`` sees every claim of a run, passed or not.
+#: raising, so that ``make robustness`` sees every claim of a run, passed or not. Since that turns
+#: every check off, it is refused unless the file's folder holds :data:`SWEEP_MARKER`, which only
+#: the sweep (``scripts/robustness.py``) writes.
 CLAIMS_LOG_VARIABLE = "BOOK_CLAIMS_LOG"
+#: The file that marks a folder as the robustness sweep's own scratch folder.
+SWEEP_MARKER = ".robustness-sweep"
 #: Where a reader reports a check that failed on their machine.
 ISSUES_URL = "https://github.com/transformer-book/transformer-book/issues"
 
@@ -114,14 +127,14 @@ def describe_run() -> str:
     """The facts that make runs differ: seed, device, threads, PyTorch version and processor."""
     run = book_seed(0) // 1000
     where = device()
-    name = torch.cuda.get_device_name(where) if where.type == "cuda" else _processor_name()
+    name = torch.cuda.get_device_name(where) if where.type == "cuda" else processor_name()
     return (
         f"{SEED_VARIABLE}={run}, device {where.type} ({name}), {torch.get_num_threads()} CPU threads, "
         f"PyTorch {torch.__version__}, Python {platform.python_version()}"
     )
 
 
-def _processor_name() -> str:
+def processor_name() -> str:
     """The CPU's model name where the system tells it (Linux), else its architecture."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
@@ -141,7 +154,9 @@ def check(claim: str, value: float | bool, *, at_least: float | None = None, at_
     value, the threshold, the run (seed, device, threads, versions) and what to do.
 
     With ``BOOK_CLAIMS_LOG`` set (``make robustness`` sets it) the claim is appended to that
-    file instead and nothing is raised, so one run reports all of its claims.
+    file instead and nothing is raised, so one run reports all of its claims. Set anywhere else
+    (a shell's leftover export, a CI variable), it would silently turn every check into a log
+    line, so it is refused: the log's folder must hold the sweep's marker file.
     """
     if not claim:
         raise ValueError("check needs the claim in words, for the reader who sees it fail")
@@ -163,7 +178,7 @@ def check(claim: str, value: float | bool, *, at_least: float | None = None, at_
     else:
         margin, passed = None, bool(value)
 
-    log = os.environ.get(CLAIMS_LOG_VARIABLE)
+    log = _sweep_log()
     if log:
         record = {
             "claim": claim,
@@ -199,6 +214,20 @@ def check(claim: str, value: float | bool, *, at_least: float | None = None, at_
         f"the environment, or os.environ['{SEED_VARIABLE}'] = '1' in the first cell), and please report "
         f"this message at {ISSUES_URL}."
     )
+
+
+def _sweep_log() -> str | None:
+    """The robustness sweep's claims log, or None in every other run; refuses a stray setting."""
+    log = os.environ.get(CLAIMS_LOG_VARIABLE)
+    if not log:
+        return None
+    if not os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(log)), SWEEP_MARKER)):
+        raise RuntimeError(
+            f"{CLAIMS_LOG_VARIABLE} is set to {log!r}, which would turn every check of the book into a "
+            f"log line. Only make robustness (scripts/robustness.py) may set it; unset it "
+            f"(unset {CLAIMS_LOG_VARIABLE}) and run again."
+        )
+    return log
 
 
 def progress(iterable: Iterable[T], *, desc: str, total: int | None = None) -> tqdm[T]:

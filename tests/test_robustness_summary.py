@@ -1,0 +1,79 @@
+"""The committed record of the robustness sweep (robustness.json, written by scripts/robustness.py)
+matches the claims the chapters make now: a claim or threshold changed after its chapter's sweep,
+or a claim that did not hold in every run of it, fails here and names the chapter."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import robustness
+from chapters import check_calls, claims_fingerprint, swept_chapters, toc_chapters
+
+SWEPT = swept_chapters()
+SUMMARY = json.loads(robustness.SUMMARY.read_text())["chapters"] if robustness.SUMMARY.exists() else {}
+RESWEEP = "run make robustness ROBUSTNESS_ARGS=book/{}.md (add --seeds/--threads to taste) and commit robustness.json"
+
+
+def test_the_sweep_covers_exactly_the_chapters_that_check_claims() -> None:
+    checking = [chapter.stem for chapter in toc_chapters() if check_calls(chapter)]
+    assert [chapter.stem for chapter in SWEPT] == checking
+    assert len(checking) >= 18, "fewer chapters check claims than when this test was written: is check_calls blind?"
+    stale = sorted(set(SUMMARY) - set(checking))
+    assert not stale, f"robustness.json records chapters that no longer check claims: {stale}"
+
+
+@pytest.mark.parametrize("chapter", SWEPT, ids=[chapter.stem for chapter in SWEPT])
+def test_each_chapters_claims_were_swept_as_they_stand(chapter: Path) -> None:
+    assert chapter.stem in SUMMARY, f"{chapter.stem} has never been swept: {RESWEEP.format(chapter.stem)}"
+    row = SUMMARY[chapter.stem]
+    assert row["fingerprint"] == claims_fingerprint(chapter), (
+        f"{chapter.stem}: a claim, a measured value or a threshold changed after the recorded sweep of "
+        f"{row['date']}: {RESWEEP.format(chapter.stem)}"
+    )
+
+
+@pytest.mark.parametrize("chapter", SWEPT, ids=[chapter.stem for chapter in SWEPT])
+def test_each_recorded_claim_held_in_every_run(chapter: Path) -> None:
+    row = SUMMARY.get(chapter.stem)
+    if row is None:
+        pytest.fail(f"{chapter.stem} has never been swept: {RESWEEP.format(chapter.stem)}")
+    assert row["runs"] >= 1 and row["claims"], f"{chapter.stem}: the recorded sweep holds no run"
+    assert not row["runs_that_raised"], f"{chapter.stem}: runs of the sweep raised: {row['runs_that_raised']}"
+    failed = [f"{claim['claim']} ({claim['held']})" for claim in row["claims"] if not _held_every_time(claim["held"])]
+    assert not failed, f"{chapter.stem}: claims that failed in some run of the sweep: {failed}"
+    calls = len(check_calls(chapter))
+    assert len(row["claims"]) >= calls, (
+        f"{chapter.stem}: the sweep recorded {len(row['claims'])} claims for {calls} check() calls: "
+        "some claim was never reached"
+    )
+
+
+def _held_every_time(held: str) -> bool:
+    passed, runs = (int(part) for part in held.split("/"))
+    return passed == runs
+
+
+def test_a_claim_that_failed_once_is_read_as_failed() -> None:
+    assert _held_every_time("30/30") and not _held_every_time("29/30")
+
+
+def test_a_run_that_raised_before_a_claim_counts_against_it_and_a_loop_holds_only_if_every_check_did() -> None:
+    chapter = Path("book/example.md")
+
+    def outcome(seed: int, claims: list[tuple[str, bool]], error: str | None = None) -> robustness.Outcome:
+        records = [
+            {"claim": claim, "value": 1.0, "at_least": 0.5, "at_most": None, "margin": 0.5, "passed": passed}
+            for claim, passed in claims
+        ]
+        return robustness.Outcome(robustness.Setting(chapter, seed, 1, "cpu"), 1.0, records, error)
+
+    outcomes = [
+        outcome(0, [("early", True), ("in a loop", True), ("in a loop", True)]),
+        outcome(1, [("early", True), ("in a loop", True), ("in a loop", False)]),
+        outcome(2, [("early", True)], error="RuntimeError: a crash"),
+    ]
+    held = {summary.claim: (summary.passed_runs, summary.runs) for summary in robustness.summarise(outcomes)}
+    assert held == {"early": (3, 3), "in a loop": (1, 3)}
