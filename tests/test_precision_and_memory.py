@@ -75,3 +75,10 @@ def test_model_state_ignores_frozen_parameters_for_gradients_and_refuses_bad_mom
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="optimizer_moments"):
             model_state_bytes(model, optimizer_moments=bad)  # type: ignore[arg-type]
+
+
+def test_the_chapter_measures_the_same_model_on_every_device() -> None:
+    from pathlib import Path
+
+    chapter = (Path(__file__).resolve().parents[1] / "book" / "precision-and-memory.md").read_text()
+    assert "by_device(" not in chapter  # model and training settings are the same on every device

@@ -84,3 +84,15 @@ def test_alibi_bias_matches_torch_attention_with_a_float_mask() -> None:
 def test_alibi_refuses_bad_sizes(heads: int, n: int) -> None:
     with pytest.raises(ValueError):
         alibi_bias(heads, n)
+
+
+def test_alibi_bias_carries_distance_not_direction() -> None:
+    bias = alibi_bias(4, 6)  # without a causal mask, a key two to the left and two to the right score alike
+    torch.testing.assert_close(bias, bias.transpose(-1, -2), rtol=0, atol=0)
+
+
+def test_the_look_back_experiment_trains_alike_on_every_device() -> None:
+    from pathlib import Path
+
+    chapter = (Path(__file__).resolve().parents[1] / "book" / "relative-positions.md").read_text()
+    assert "by_device(" not in chapter  # a bigger GPU budget once inverted the chapter's lesson
