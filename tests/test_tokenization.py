@@ -39,6 +39,16 @@ def test_split_words_covers_every_character(text: str) -> None:
     assert "".join(split_words(text)) == text
 
 
+def test_a_whitespace_run_leaves_its_last_space_to_the_word_after_it() -> None:
+    assert split_words("x:\n    return y") == ["x", ":", "\n   ", " return", " y"]
+    assert split_words("a  \n") == ["a", "  \n"]  # nothing follows: the run stays whole
+
+
+def test_letters_digits_and_punctuation_are_never_one_word() -> None:
+    assert split_words("dog. dog! dog?") == ["dog", ".", " dog", "!", " dog", "?"]
+    assert split_words("abc123_x") == ["abc", "123", "_", "x"]
+
+
 def test_merge_pair_replaces_left_to_right() -> None:
     assert merge_pair([1, 2, 1, 2, 3], (1, 2), 9) == [9, 9, 3]
     assert merge_pair([5, 5, 5], (5, 5), 9) == [9, 5]
