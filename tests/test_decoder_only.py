@@ -222,8 +222,8 @@ def test_overlapping_windows_score_each_token_once_with_a_long_past() -> None:
     with torch.no_grad():
         losses = [nn.functional.cross_entropy(model(ids[:10][None])[0], ids[1:11], reduction="sum").item()]
         for start in range(4, 29, 4):
-            logits = model(ids[start:start + 10][None])[0, 6:]
-            losses.append(nn.functional.cross_entropy(logits, ids[start + 7:start + 11], reduction="sum").item())
+            logits = model(ids[start : start + 10][None])[0, 6:]
+            losses.append(nn.functional.cross_entropy(logits, ids[start + 7 : start + 11], reduction="sum").item())
     expected = sum(losses) / (10 + 7 * 4)
     assert validation_loss(model, ids, context=10, stride=4, batch_size=3) == pytest.approx(expected, rel=1e-5)
     with pytest.raises(ValueError, match="stride <= context"):
