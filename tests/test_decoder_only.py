@@ -11,11 +11,13 @@ from torch import nn
 from transformer_book.decoder import Decoder
 from transformer_book.decoder_only import (
     DecoderOnlyTransformer,
+    KneserNey,
     LanguageModelBatch,
     bigram_probabilities,
     continue_text,
     language_model_batches,
     load_torch_decoder_only_layer,
+    loss_by_position,
     random_windows,
     unigram_probabilities,
     validation_loss,
@@ -211,3 +213,112 @@ def test_continue_text_refuses_bad_prompts_and_lengths() -> None:
 def test_language_model_batch_feeds_the_model_its_inputs_only() -> None:
     batch = LanguageModelBatch(torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 3, dtype=torch.long), 3)
     assert len(batch.model_inputs()) == 1
+
+
+def test_overlapping_windows_score_each_token_once_with_a_long_past() -> None:
+    model, ids = small_model(), torch.randint(VOCAB, (40,))
+    # context 10, stride 4: windows start at 0, 4, ..., 28; the first scores targets 1-10, each later
+    # one its last 4 targets, so targets 1-34 are each scored once.
+    with torch.no_grad():
+        losses = [nn.functional.cross_entropy(model(ids[:10][None])[0], ids[1:11], reduction="sum").item()]
+        for start in range(4, 29, 4):
+            logits = model(ids[start : start + 10][None])[0, 6:]
+            losses.append(nn.functional.cross_entropy(logits, ids[start + 7 : start + 11], reduction="sum").item())
+    expected = sum(losses) / (10 + 7 * 4)
+    assert validation_loss(model, ids, context=10, stride=4, batch_size=3) == pytest.approx(expected, rel=1e-5)
+    with pytest.raises(ValueError, match="stride <= context"):
+        validation_loss(model, ids, context=10, stride=11)
+
+
+def test_the_loss_by_position_averages_to_the_validation_loss_of_consecutive_windows() -> None:
+    model, ids = small_model(), torch.randint(VOCAB, (50,))
+    by_position = loss_by_position(model, ids, context=12, batch_size=2)
+    assert by_position.shape == (12,)
+    assert by_position.mean().item() == pytest.approx(validation_loss(model, ids, context=12), rel=1e-5)
+    with torch.no_grad():  # position 0 of every window is predicted from that window's first token alone
+        first = model(ids[:48].view(4, 12)[:, :1])[:, 0]
+    expected = nn.functional.cross_entropy(first, ids[1:49].view(4, 12)[:, 0]).item()
+    assert by_position[0].item() == pytest.approx(expected, rel=1e-5)
+
+
+# Kneser-Ney. A tiny corpus whose counts are worked out by hand below.
+TINY = torch.tensor([0, 1, 2, 0, 1, 3, 0, 1, 2])
+D = 0.75
+
+
+def test_kneser_ney_distributions_sum_to_one_for_any_history_and_order() -> None:
+    ids = torch.randint(7, (300,), generator=torch.Generator().manual_seed(0))
+    for order in range(1, 6):
+        model = KneserNey(ids, 9, order=order)  # tokens 7 and 8 never occur
+        for history in ([], [3], [3, 4], [1, 2, 3, 4, 5, 6], [8, 8, 8], [2, 8, 1, 4]):
+            total = sum(model.probability(history, token) for token in range(9))
+            assert total == pytest.approx(1.0, abs=1e-12), (order, history)
+            assert all(model.probability(history, token) > 0 for token in range(9))
+
+
+def test_kneser_ney_order_1_is_the_add_one_unigram() -> None:
+    model = KneserNey(TINY, 5, order=1)
+    expected = unigram_probabilities(TINY, 5)
+    assert [model.probability([0, 1], token) for token in range(5)] == pytest.approx(expected.tolist())
+
+
+def test_kneser_ney_bigram_equals_the_formula_by_hand() -> None:
+    # Bigrams of TINY: (0,1) x3, (1,2) x2, (2,0) x2, (1,3), (3,0): five kinds. Tokens before each
+    # token: 0 after {2, 3}, 1 after {0}, 2 after {1}, 3 after {1}; token 4 never occurs.
+    model = KneserNey(TINY, 5, order=2)
+    base = {0: (2 + 1) / (5 + 5), 1: (1 + 1) / 10, 2: (1 + 1) / 10, 3: (1 + 1) / 10, 4: (0 + 1) / 10}
+    assert [model.probability([], token) for token in range(5)] == pytest.approx(list(base.values()))
+    # After 1: seen 3 times, followed by 2 twice and 3 once (two kinds).
+    assert model.probability([1], 2) == pytest.approx((2 - D) / 3 + D * 2 / 3 * base[2])
+    assert model.probability([1], 0) == pytest.approx(D * 2 / 3 * base[0])
+    assert model.probability([4], 2) == pytest.approx(base[2])  # never seen: backs off to the base
+    assert model.probability([0, 3, 1], 3) == model.probability([1], 3)  # only the last token counts
+
+
+def test_kneser_ney_trigram_equals_the_formula_by_hand() -> None:
+    # Trigrams of TINY: (0,1,2) x2, (1,2,0), (2,0,1), (0,1,3), (1,3,0), (3,0,1).
+    # Continuation counts of the bigrams (different tokens before each): (0,1): 2 (after 2 and 3),
+    # (1,2), (2,0), (1,3), (3,0): 1 each. Of the unigrams, as for the bigram model: 0: 2, 1, 2, 3: 1.
+    model = KneserNey(TINY, 5, order=3)
+    base = {token: (kinds + 1) / (5 + 5) for token, kinds in {0: 2, 1: 1, 2: 1, 3: 1, 4: 0}.items()}
+    after_1 = {2: (1 - D) / 2 + D * 2 / 2 * base[2], 0: D * 2 / 2 * base[0]}  # (1,2) and (1,3): total 2, two kinds
+    assert model.probability([1], 2) == pytest.approx(after_1[2])
+    assert model.probability([0, 1], 2) == pytest.approx((2 - D) / 3 + D * 2 / 3 * after_1[2])
+    assert model.probability([0, 1], 0) == pytest.approx(D * 2 / 3 * after_1[0])
+    # History (3, 3) never seen: the continuation bigram after 3, (3,0) once, takes over.
+    assert model.probability([3, 3], 0) == pytest.approx((1 - D) + D * 1 * base[0])
+    assert model.probability([4, 4], 1) == pytest.approx(base[1])  # no history seen at all: the base
+
+
+def test_kneser_ney_loss_is_the_mean_negative_log_probability() -> None:
+    ids = torch.randint(6, (80,), generator=torch.Generator().manual_seed(1))
+    held_out = torch.randint(6, (30,), generator=torch.Generator().manual_seed(2))
+    for order in (1, 2, 4):
+        model = KneserNey(ids, 6, order=order)
+        stream = held_out.tolist()
+        expected = -sum(math.log(model.probability(stream[:i], stream[i])) for i in range(1, 30)) / 29
+        assert model.loss(held_out) == pytest.approx(expected)
+
+
+def test_kneser_ney_refuses_bad_input_with_a_message_naming_it() -> None:
+    with pytest.raises(ValueError, match="order must be an integer >= 1"):
+        KneserNey(TINY, 5, order=0)
+    with pytest.raises(ValueError, match="order must be an integer >= 1"):
+        KneserNey(TINY, 5, order=2.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"token ids must be in \[0, 3\), got 3"):
+        KneserNey(TINY, 3, order=2)
+    with pytest.raises(ValueError, match=r"token ids must be in \[0, 5\), got -1"):
+        KneserNey(torch.tensor([0, -1, 2]), 5, order=2)
+    with pytest.raises(ValueError, match="1-D tensor of integer token ids"):
+        KneserNey(TINY.view(3, 3), 5, order=2)
+    with pytest.raises(ValueError, match="1-D tensor of integer token ids"):
+        KneserNey(TINY.float(), 5, order=2)
+    with pytest.raises(ValueError, match="discount"):
+        KneserNey(TINY, 5, order=2, discount=1.0)
+    model = KneserNey(TINY, 5, order=2)
+    with pytest.raises(ValueError, match=r"token ids must be integers in \[0, 5\), got 5"):
+        model.probability([1], 5)
+    with pytest.raises(ValueError, match=r"got -2"):
+        model.probability([-2], 1)
+    with pytest.raises(ValueError, match=r"token ids must be in \[0, 5\), got 7"):
+        model.loss(torch.tensor([1, 7]))
