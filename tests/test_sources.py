@@ -144,12 +144,14 @@ def test_chapter_follows_the_anatomy(chapter: Path) -> None:
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=ids)
 def test_claims_are_unique_within_a_chapter(chapter: Path) -> None:
-    """The robustness sweep groups records by claim: two checks with one claim would be counted as one."""
+    """The robustness sweep groups records by claim: two checks with one claim would be counted as one.
+
+    A claim written out (a string or an f-string) must appear once. A claim passed in a variable (a
+    sentence chosen for the outcome, checked by a small function) is one check call with several texts."""
     claims = [claim_source(call) for call in check_calls(chapter)]
-    duplicates = sorted({claim for claim in claims if claims.count(claim) > 1})
+    written = [claim for claim in claims if claim.startswith(("'", '"', "f'", 'f"'))]
+    duplicates = sorted({claim for claim in written if written.count(claim) > 1})
     assert not duplicates, f"{chapter.name}: claims checked twice: {duplicates}"
-    constant = [claim for claim in claims if not claim.startswith(("'", '"', "f'", 'f"'))]
-    assert not constant, f"{chapter.name}: a claim must be written out as a string, not computed: {constant}"
 
 
 #: A setting that a trained experiment depends on: never chosen by device (DESIGN.md §7).
