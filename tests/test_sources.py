@@ -225,3 +225,19 @@ def test_preface_map_lists_every_chapter_of_the_toc() -> None:
     preface = (ROOT / "book" / "preface.md").read_text()
     missing = [chapter.stem for chapter in CHAPTERS[1:] if f'"{chapter.stem}"' not in preface]
     assert not missing, f"the preface's chapter map lacks {missing}"
+
+
+def test_the_bibliography_parses_and_every_citation_has_an_entry() -> None:
+    """A broken entry stops sphinxcontrib-bibtex before any chapter runs; say so in a second, not after the build."""
+    from pybtex.database import parse_file
+
+    entries = parse_file(ROOT / "book" / "references.bib").entries
+    cited = {
+        key.strip()
+        for chapter in (ROOT / "book").glob("*.md")
+        for keys in re.findall(r"\{cite(?::\w+)?\}`([^`]+)`", chapter.read_text())
+        for key in keys.split(",")
+    }
+    assert len(entries) >= 50, "the bibliography lost its entries"
+    missing = sorted(cited - set(entries))
+    assert not missing, f"cited but not in book/references.bib: {missing}"
