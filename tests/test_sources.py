@@ -168,17 +168,17 @@ def test_by_device_chooses_only_measured_sizes(chapter: Path) -> None:
         for node in ast.walk(tree)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "by_device"
     ]
-    assigned = {
-        id(node.value.func if isinstance(node.value, ast.Call) else node.value): node
+    assigned = [
+        node
         for node in ast.walk(tree)
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-    }
+    ]
     wrong = []
     for call in uses:
         # The call must be the whole right-hand side of "name = by_device(...)" (or inside a plain expression
         # computing that name's value, such as range(...)), never an argument of a model or training call.
         owner = next(
-            (node for node in assigned.values() if any(inner is call for inner in ast.walk(node.value))),
+            (node for node in assigned if any(inner is call for inner in ast.walk(node.value))),
             None,
         )
         if owner is None:
