@@ -20,8 +20,13 @@ to it (value minus bound, in the claim's own units; negative means it failed som
 raised (not a check, a crash) is listed with its error. It asserts nothing: it is a measurement.
 
 Each swept chapter's row in ``robustness.json`` is replaced by this sweep's (``--no-record`` to
-leave it alone): the claims and their statistics, the seeds, threads, devices and machine, and a
-fingerprint of the chapter's ``check`` calls. ``tests/test_robustness_summary.py`` fails when a
+leave it alone): the claims and their statistics, the seeds, threads, devices and machines, and a
+fingerprint of the chapter's ``check`` calls.
+
+A sweep can be split across machines: ``--runs-out runs.jsonl`` appends every run as it finishes
+(so a sweep cut short keeps what it finished), and ``--from-runs a.jsonl b.jsonl`` summarises and
+records saved runs instead of executing anything. A saved run carries its chapter's claims
+fingerprint; runs of an older version of a chapter are refused. ``tests/test_robustness_summary.py`` fails when a
 chapter's claims or thresholds changed after its recorded sweep, or when a recorded claim did not
 hold in every run.
 """
@@ -70,6 +75,39 @@ class Outcome:
     seconds: float
     claims: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    machine: str = ""
+
+    def as_json(self) -> str:
+        return json.dumps(
+            {
+                "chapter": self.setting.chapter.stem,
+                "fingerprint": claims_fingerprint(self.setting.chapter),
+                "seed": self.setting.seed,
+                "threads": self.setting.threads,
+                "device": self.setting.device,
+                "machine": self.machine,
+                "seconds": self.seconds,
+                "claims": self.claims,
+                "error": self.error,
+            }
+        )
+
+
+def load_runs(paths: list[Path], chapters: list[Path]) -> list[Outcome]:
+    """The saved runs of the given chapters; refuses runs of a chapter whose claims changed since."""
+    by_stem = {chapter.stem: chapter for chapter in chapters}
+    outcomes = []
+    for path in paths:
+        for line in path.read_text().splitlines():
+            saved = json.loads(line)
+            chapter = by_stem.get(saved["chapter"])
+            if chapter is None:
+                continue
+            if saved["fingerprint"] != claims_fingerprint(chapter):
+                raise SystemExit(f"{path}: a run of {chapter.name} (seed {saved['seed']}) predates its current claims")
+            setting = Setting(chapter, saved["seed"], saved["threads"], saved["device"])
+            outcomes.append(Outcome(setting, saved["seconds"], saved["claims"], saved["error"], saved["machine"]))
+    return outcomes
 
 
 def run(setting: Setting) -> Outcome:
@@ -101,7 +139,7 @@ def run(setting: Setting) -> Outcome:
             )
         seconds = time.perf_counter() - start
         claims = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    return Outcome(setting, seconds, claims, error)
+    return Outcome(setting, seconds, claims, error, machine(setting.device))
 
 
 def failing_line(traceback: str) -> str:
@@ -215,18 +253,20 @@ def report(outcomes: list[Outcome], summaries: list[ClaimSummary]) -> None:
     print(f"\n{len(summaries)} claims, {failed} failed in some run, {len(crashes)} runs raised.")
 
 
-def machine() -> str:
-    """Where the sweep ran: processor (or GPU), cores, PyTorch and Python."""
+def machine(device: str = "cpu") -> str:
+    """Where a run ran: processor (and GPU), cores, PyTorch and Python."""
     import torch
 
     from transformer_book.helpers import processor_name
 
+    gpu = f"{torch.cuda.get_device_name()} on " if device == "cuda" else ""
     return (
-        f"{processor_name()}, {os.cpu_count()} cores; PyTorch {torch.__version__}, Python {platform.python_version()}"
+        f"{gpu}{processor_name()}, {os.cpu_count()} cores; PyTorch {torch.__version__}, "
+        f"Python {platform.python_version()}"
     )
 
 
-def record(outcomes: list[Outcome], summaries: list[ClaimSummary], devices: list[str]) -> None:
+def record(outcomes: list[Outcome], summaries: list[ClaimSummary]) -> None:
     """Replace the swept chapters' rows of ``robustness.json`` with this sweep's."""
     summary = json.loads(SUMMARY.read_text()) if SUMMARY.exists() else {}
     chapters = summary.setdefault("chapters", {})
@@ -235,11 +275,15 @@ def record(outcomes: list[Outcome], summaries: list[ClaimSummary], devices: list
         chapters[chapter.stem] = {
             "fingerprint": claims_fingerprint(chapter),
             "seeds": sorted({outcome.setting.seed for outcome in runs}),
-            "threads": sorted({outcome.setting.threads for outcome in runs}),
-            "devices": devices,
+            "threads": sorted({outcome.setting.threads for outcome in runs if outcome.setting.device == "cpu"}),
+            "devices": sorted({outcome.setting.device for outcome in runs}),
             "runs": len(runs),
+            "runs_by_device": {
+                device: sum(outcome.setting.device == device for outcome in runs)
+                for device in sorted({outcome.setting.device for outcome in runs})
+            },
             "runs_that_raised": [f"{o.setting.label}: {o.error}" for o in runs if o.error],
-            "machine": machine(),
+            "machines": sorted({outcome.machine for outcome in runs}),
             "date": datetime.date.today().isoformat(),
             "claims": [s.as_record() for s in summaries if s.chapter == chapter.stem],
         }
@@ -264,12 +308,33 @@ def main(arguments: list[str]) -> int:
         default=max(1, (os.cpu_count() or 2) // 2),
         help="chapters run at once (default: half the CPU cores)",
     )
-    parser.add_argument("--no-cuda", action="store_true", help="skip the CUDA runs even where a GPU is present")
+    parser.add_argument(
+        "--devices",
+        nargs="+",
+        choices=["cpu", "cuda"],
+        help="where to run (default: the CPU, and CUDA once per seed where a GPU is present)",
+    )
     parser.add_argument("--no-record", action="store_true", help="print only; leave robustness.json as it is")
+    parser.add_argument("--runs-out", type=Path, help="append every run to this file as it finishes (JSON lines)")
+    parser.add_argument(
+        "--from-runs", type=Path, nargs="+", help="summarise these saved runs (of --runs-out) instead of running"
+    )
     options = parser.parse_args(arguments)
 
     chapters = [Path(chapter).resolve() for chapter in options.chapters] or swept_chapters()
-    devices = ["cpu"] + (["cuda"] if cuda_available() and not options.no_cuda else [])
+    if options.from_runs:
+        outcomes = load_runs(options.from_runs, chapters)
+        outcomes.sort(
+            key=lambda o: (chapters.index(o.setting.chapter), o.setting.seed, o.setting.device, o.setting.threads)
+        )
+        summaries = summarise(outcomes)
+        report(outcomes, summaries)
+        if not options.no_record:
+            record(outcomes, summaries)
+        return 0
+    devices = options.devices or ["cpu"] + (["cuda"] if cuda_available() else [])
+    if "cuda" in devices and not cuda_available():
+        raise SystemExit("--devices cuda: PyTorch sees no CUDA device here")
     settings = [
         Setting(chapter, seed, threads, device)
         for seed in range(options.first_seed, options.first_seed + options.seeds)
@@ -284,12 +349,15 @@ def main(arguments: list[str]) -> int:
         flush=True,
     )
     start = time.perf_counter()
-    outcomes: list[Outcome] = []
+    outcomes = []
     with ThreadPoolExecutor(max_workers=options.jobs) as pool:
         futures = [pool.submit(run, setting) for setting in settings]
         for future in as_completed(futures):
             outcome = future.result()
             outcomes.append(outcome)
+            if options.runs_out:
+                with options.runs_out.open("a") as saved:
+                    saved.write(outcome.as_json() + "\n")
             failed = [record["claim"] for record in outcome.claims if not record["passed"]]
             status = (
                 "raised: " + outcome.error
@@ -307,7 +375,7 @@ def main(arguments: list[str]) -> int:
     summaries = summarise(outcomes)
     report(outcomes, summaries)
     if not options.no_record:
-        record(outcomes, summaries, devices)
+        record(outcomes, summaries)
     elapsed = time.perf_counter() - start
     print(f"sweep time: {elapsed / 60:.1f} min wall, {sum(o.seconds for o in outcomes) / 60:.1f} min of chapter runs")
     return 0

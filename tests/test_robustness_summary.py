@@ -72,3 +72,18 @@ def test_a_run_that_raised_before_a_claim_counts_against_it_and_a_loop_holds_onl
     ]
     held = {summary.claim: (summary.passed_runs, summary.runs) for summary in robustness.summarise(outcomes)}
     assert held == {"early": (3, 3), "in a loop": (1, 3)}
+
+
+def test_saved_runs_come_back_as_they_were_and_runs_of_older_claims_are_refused(tmp_path: Path) -> None:
+    chapter = SWEPT[0]
+    record = {"claim": "c", "value": 1.0, "at_least": 0.5, "at_most": None, "margin": 0.5, "passed": True}
+    saved = robustness.Outcome(robustness.Setting(chapter, 3, 2, "cuda"), 12.5, [record], None, "a GPU")
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text(saved.as_json() + "\n")
+    assert robustness.load_runs([runs], SWEPT) == [saved]
+    assert robustness.load_runs([runs], SWEPT[1:]) == [], "a run of a chapter not asked for is left out"
+
+    stale = json.loads(saved.as_json()) | {"fingerprint": "an older version of the claims"}
+    runs.write_text(json.dumps(stale) + "\n")
+    with pytest.raises(SystemExit, match="predates its current claims"):
+        robustness.load_runs([runs], SWEPT)
