@@ -341,3 +341,27 @@ def test_exact_match_counts_whole_sequences() -> None:
         exact_match([[3]], [[3], [4]])
     with pytest.raises(ValueError, match="got 0 and 0"):
         exact_match([], [])
+
+
+def test_fused_attention_takes_the_fused_path_inside_and_restores_each_layer_after() -> None:
+    from transformer_book.encoder import Encoder
+    from transformer_book.training import fused_attention
+
+    torch.manual_seed(0)
+    encoder = Encoder(2, 16, 2, 32, dropout=0.0).eval()
+    encoder.layers[1].keep_attention_weights = False  # a layer already on the fused path stays there
+    x = torch.randn(2, 5, 16)
+    before = encoder(x)
+    with fused_attention(encoder) as model:
+        assert model is encoder
+        assert [layer.keep_attention_weights for layer in encoder.layers] == [False, False]
+        inside = encoder(x)
+    assert [layer.keep_attention_weights for layer in encoder.layers] == [True, False]
+    torch.testing.assert_close(inside, before, rtol=1e-5, atol=1e-5)
+
+    try:
+        with fused_attention(encoder):
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    assert [layer.keep_attention_weights for layer in encoder.layers] == [True, False], "restored after an error"
