@@ -322,16 +322,25 @@ def main(arguments: list[str]) -> int:
     options = parser.parse_args(arguments)
 
     chapters = [Path(chapter).resolve() for chapter in options.chapters] or swept_chapters()
-    if options.from_runs:
-        outcomes = load_runs(options.from_runs, chapters)
-        outcomes.sort(
-            key=lambda o: (chapters.index(o.setting.chapter), o.setting.seed, o.setting.device, o.setting.threads)
+    start = time.perf_counter()
+    outcomes = load_runs(options.from_runs, chapters) if options.from_runs else run_sweep(options, chapters)
+    outcomes.sort(
+        key=lambda o: (chapters.index(o.setting.chapter), o.setting.seed, o.setting.device, o.setting.threads)
+    )
+    summaries = summarise(outcomes)
+    report(outcomes, summaries)
+    if not options.no_record:
+        record(outcomes, summaries)
+    if not options.from_runs:
+        elapsed = time.perf_counter() - start
+        print(
+            f"sweep time: {elapsed / 60:.1f} min wall, {sum(o.seconds for o in outcomes) / 60:.1f} min of chapter runs"
         )
-        summaries = summarise(outcomes)
-        report(outcomes, summaries)
-        if not options.no_record:
-            record(outcomes, summaries)
-        return 0
+    return 0
+
+
+def run_sweep(options: argparse.Namespace, chapters: list[Path]) -> list[Outcome]:
+    """Run every chapter x seed x device x thread count, ``options.jobs`` at a time, printing each as it ends."""
     devices = options.devices or ["cpu"] + (["cuda"] if cuda_available() else [])
     if "cuda" in devices and not cuda_available():
         raise SystemExit("--devices cuda: PyTorch sees no CUDA device here")
@@ -342,14 +351,12 @@ def main(arguments: list[str]) -> int:
         for device in devices
         for threads in (options.threads if device == "cpu" else [options.threads[0]])
     ]
-
     print(
         f"{len(settings)} runs: {len(chapters)} chapters x {options.seeds} seeds x "
         f"{'/'.join(map(str, options.threads))} threads on {', '.join(devices)}, {options.jobs} at a time",
         flush=True,
     )
-    start = time.perf_counter()
-    outcomes = []
+    outcomes: list[Outcome] = []
     with ThreadPoolExecutor(max_workers=options.jobs) as pool:
         futures = [pool.submit(run, setting) for setting in settings]
         for future in as_completed(futures):
@@ -369,16 +376,7 @@ def main(arguments: list[str]) -> int:
                 f"{len(outcome.claims)} checks, {status}",
                 flush=True,
             )
-    outcomes.sort(
-        key=lambda outcome: (chapters.index(outcome.setting.chapter), outcome.setting.seed, outcome.setting.threads)
-    )
-    summaries = summarise(outcomes)
-    report(outcomes, summaries)
-    if not options.no_record:
-        record(outcomes, summaries)
-    elapsed = time.perf_counter() - start
-    print(f"sweep time: {elapsed / 60:.1f} min wall, {sum(o.seconds for o in outcomes) / 60:.1f} min of chapter runs")
-    return 0
+    return outcomes
 
 
 if __name__ == "__main__":
