@@ -27,7 +27,14 @@ def test_pad_sequences_pads_at_the_end_and_returns_the_lengths() -> None:
     ids, lengths = pad_sequences(SOURCES)
     assert ids.tolist() == [[3, 4, 5, 6], [7, 8, 0, 0], [5, 0, 0, 0]]
     assert lengths.tolist() == [4, 2, 1] and ids.dtype == lengths.dtype == torch.long
-    assert pad_sequences(SOURCES, pad_id=-1)[0][2].tolist() == [5, -1, -1, -1]
+    # A negative pad_id pads labels with an index the loss ignores: allowed, and documented as such.
+    assert pad_sequences(SOURCES, pad_id=-100)[0][2].tolist() == [5, -100, -100, -100]
+
+
+@pytest.mark.parametrize("pad_id", [True, 0.5, "0"])
+def test_pad_sequences_refuses_a_pad_id_that_is_not_an_integer(pad_id) -> None:
+    with pytest.raises(ValueError, match=f"pad_id must be an integer, got pad_id={pad_id!r}"):
+        pad_sequences(SOURCES, pad_id=pad_id)
 
 
 def test_pad_sequences_rejects_no_sequences_and_empty_ones() -> None:

@@ -146,6 +146,12 @@ def test_unigram_and_bigram_are_distributions_without_zeros() -> None:
     assert bigram[1, 2] > bigram[1, 3]  # 1 is followed by 2 twice, by 3 once
 
 
+def test_unigram_refuses_an_id_outside_the_vocabulary() -> None:
+    # Once silent: bincount lengthened the table to the largest id, so it no longer matched vocab_size.
+    with pytest.raises(ValueError, match="ids"):
+        unigram_probabilities(torch.tensor([1, 2, 7]), 5)
+
+
 def test_the_bigram_tends_to_the_pair_counts_as_alpha_shrinks() -> None:
     ids = torch.tensor([1, 2, 1, 2, 1, 3])
     assert torch.allclose(

@@ -402,8 +402,11 @@ def test_beam_search_rejects_a_beam_size_below_one(beam_size) -> None:
 def test_beam_search_rejects_a_batch_and_a_negative_alpha() -> None:
     with pytest.raises(ValueError, match="beam_search decodes one sentence at a time, got a batch of 2"):
         beam_search(tiny_model(), ONE.repeat(2, 1), max_new_tokens=5)
-    with pytest.raises(ValueError, match="alpha must be non-negative"):
+    with pytest.raises(ValueError, match="alpha must be a non-negative number"):
         beam_search(tiny_model(), ONE, max_new_tokens=5, alpha=-0.1)
+    # NaN was once accepted silently (NaN < 0 is False), although a NaN temperature was refused.
+    with pytest.raises(ValueError, match="alpha must be a non-negative number, got alpha=nan"):
+        beam_search(tiny_model(), ONE, max_new_tokens=5, alpha=float("nan"))
 
 
 @pytest.mark.parametrize("temperature", [0.0, -1.0, float("nan")])

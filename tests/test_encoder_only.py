@@ -168,3 +168,19 @@ def test_classifier_refuses_bad_arguments(bad: dict[str, object]) -> None:
 def test_model_refuses_bad_arguments(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         EncoderOnlyModel(VOCAB, **bad)  # type: ignore[arg-type]
+
+
+def test_model_refuses_a_two_dimensional_attention_mask() -> None:
+    # Once silent: with batch == n, a (batch, n) mask broadcast as an (n, n) pattern against the
+    # (batch, 1, n) padding mask, and the output moved with no error.
+    model = EncoderOnlyModel(VOCAB, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0).eval()
+    tokens = ordinary_tokens(4, 4)
+    key_padding = torch.ones(4, 4, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"attention_mask must be a 3-D bool tensor .* a 2-D mask is ambiguous"):
+        model(tokens, key_padding)
+    with pytest.raises(ValueError, match="attention_mask must be a 3-D bool tensor"):
+        model(tokens, torch.ones(1, 4, 4))  # a float mask
+    with pytest.raises(ValueError, match=r"tokens must have shape \(batch, n\)"):
+        model(tokens[0])
+    with torch.no_grad():
+        assert torch.equal(model(tokens, key_padding[:, None]), model(tokens))  # the advised form works

@@ -170,6 +170,12 @@ def test_wrong_last_dimension_is_refused() -> None:
         module(torch.zeros(2, 5, 6))
 
 
+def test_integer_input_is_refused() -> None:
+    # Once silent: the table was cast to int64 (sin and cos truncated to 0 and 1) and ints came back.
+    with pytest.raises(ValueError, match="x must be floating-point vectors, got dtype torch.int64"):
+        PositionalEncoding(d_model=6)(torch.zeros(2, 5, 6, dtype=torch.long))
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

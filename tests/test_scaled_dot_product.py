@@ -230,7 +230,11 @@ def test_causal_mask_values():
     assert causal_mask(3, device="cpu").device.type == "cpu"
 
 
-@pytest.mark.parametrize(("n", "message"), [(-1, "non-negative"), (2.5, "integer"), ("3", "integer")])
+# True was once a silent 1 x 1 mask: Python counts a bool as an integer.
+@pytest.mark.parametrize(
+    ("n", "message"),
+    [(-1, "at least 0"), (2.5, "integer"), ("3", "integer"), (True, "n must be an integer, got n=True")],
+)
 def test_causal_mask_validation(n, message):
     with pytest.raises(ValueError, match=message):
         causal_mask(n)
@@ -265,7 +269,9 @@ def test_padding_mask_broadcasts_over_queries():
     [
         ([3, -1], None, "non-negative"),
         ([3, 5], 4, "longer than max_len=4"),
-        ([1, 2], -1, "max_len must be non-negative"),
+        ([1, 2], -1, "max_len must be at least 0"),
+        ([1], 2.5, "max_len must be an integer, got max_len=2.5"),  # once a silent mask of width 3
+        ([1], True, "max_len must be an integer, got max_len=True"),
         ([1.0, 2.0], None, "1-D tensor of integers"),
         ([[1, 2]], None, "1-D tensor of integers"),
         ([True, False], None, "1-D tensor of integers"),

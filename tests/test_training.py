@@ -184,6 +184,8 @@ def test_average_weights_is_the_element_wise_mean() -> None:
     for name in first:
         assert torch.allclose(average[name], (first[name] + second[name]) / 2), name
     assert average_weights([first])["generator.projection.weight"].equal(first["generator.projection.weight"])
+    with pytest.raises(ValueError, match="average_weights needs at least one checkpoint, got none"):
+        average_weights([])
 
 
 # --- checkpoints -------------------------------------------------------------------------------
