@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
@@ -213,3 +217,18 @@ def test_the_sweep_marks_its_scratch_folder_with_the_marker_check_looks_for() ->
     import robustness
 
     assert robustness.SWEEP_MARKER == helpers.SWEEP_MARKER
+
+
+def test_importing_the_package_and_its_models_loads_no_plotting() -> None:
+    # A reader who imports a model (or a program that serves one) should not pay for matplotlib.
+    modules = sorted(
+        path.stem for path in Path(transformer_book.__file__).parent.glob("*.py") if path.stem != "__init__"
+    )
+    code = (
+        "import sys, importlib, transformer_book\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module('transformer_book.' + name)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))\n"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]", f"importing transformer_book's modules loaded {loaded}"

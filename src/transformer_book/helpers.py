@@ -17,16 +17,14 @@ import platform
 import random
 import sys
 from collections.abc import Iterable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import matplotlib as mpl
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from cycler import cycler
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
-from tqdm import tqdm
+
+if TYPE_CHECKING:  # plotting and progress bars are imported where they are used, not with the models
+    from matplotlib.axes import Axes
+    from tqdm import tqdm
 
 T = TypeVar("T")
 
@@ -241,6 +239,8 @@ def progress(iterable: Iterable[T], *, desc: str, total: int | None = None) -> t
     Report a running loss with ``bar.set_postfix(loss=..., refresh=False)``, so that
     the quiet bar stays quiet until the end.
     """
+    from tqdm import tqdm
+
     in_notebook = "ipykernel" in sys.modules
     if in_notebook and importlib.util.find_spec("ipywidgets") is not None:
         from tqdm.notebook import tqdm as notebook_tqdm
@@ -249,20 +249,24 @@ def progress(iterable: Iterable[T], *, desc: str, total: int | None = None) -> t
         return bar
     if sys.stdout.isatty():
         return tqdm(iterable, desc=desc, total=total, file=sys.stdout)
-    return _FinishedBar(iterable, desc=desc, total=total, file=sys.stdout)
+    return _finished_bar_class()(iterable, desc=desc, total=total, file=sys.stdout)
 
 
-class _FinishedBar(tqdm):  # type: ignore[type-arg]  # tqdm is generic only in its stubs
-    """A tqdm bar that draws nothing until it is closed, then draws its final state once."""
+def _finished_bar_class() -> type[tqdm[Any]]:
+    """tqdm's bar that draws nothing until it is closed, then draws its final state once."""
+    from tqdm import tqdm
 
-    def __init__(self, iterable: Iterable[T], *, desc: str, total: int | None, file: Any) -> None:
-        # An infinite delay keeps tqdm from drawing while the loop runs.
-        super().__init__(iterable, desc=desc, total=total, file=file, delay=float("inf"), mininterval=float("inf"))
+    class FinishedBar(tqdm):  # type: ignore[type-arg]  # tqdm is generic only in its stubs
+        def __init__(self, iterable: Iterable[T], *, desc: str, total: int | None, file: Any) -> None:
+            # An infinite delay keeps tqdm from drawing while the loop runs.
+            super().__init__(iterable, desc=desc, total=total, file=file, delay=float("inf"), mininterval=float("inf"))
 
-    def close(self) -> None:
-        # tqdm skips the final draw of a bar it never showed; lifting the delay restores it.
-        self.delay = 0
-        super().close()
+        def close(self) -> None:
+            # tqdm skips the final draw of a bar it never showed; lifting the delay restores it.
+            self.delay = 0
+            super().close()
+
+    return FinishedBar
 
 
 def use_book_style() -> None:
@@ -272,6 +276,9 @@ def use_book_style() -> None:
     theme's dark mode, use colour-blind-safe colours, and are sized for a
     page column.
     """
+    import matplotlib as mpl
+    from cycler import cycler
+
     mpl.rcParams.update(
         {
             "figure.figsize": (6.4, 3.8),
@@ -363,8 +370,12 @@ def glue(name: str, value: Any, display: bool | None = None) -> None:
             print(f"{name} = {value}")
         else:
             show(value)
-    if isinstance(value, Figure):
-        plt.close(value)
+    if "matplotlib" in sys.modules:  # a figure can only come from a loaded matplotlib
+        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
+
+        if isinstance(value, Figure):
+            plt.close(value)
 
 
 def _plain(name: str, value: Any) -> Any:
