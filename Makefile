@@ -1,6 +1,8 @@
 # The two commands of the README:
 #   make book   set up .venv and node_modules, build the whole book into _build/html
 #   make test   set up .venv and node_modules, run every test (chapters, package, build, twins, website)
+# and one for a developer between them:
+#   make check  lint, types, and every test that neither runs a chapter nor builds the book (~2 min)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -9,7 +11,7 @@ CHAPTER_SOURCES := $(wildcard book/*.md)
 # twins must already match their chapters, so there the same step only checks, and fails loudly.
 SYNC_FLAGS := $(if $(CI),--check,)
 
-.PHONY: book test sync lock timing benchmark robustness clean
+.PHONY: book test check sync lock timing benchmark robustness clean
 
 # When the build fails, Sphinx still records the failed chapter's page as read, and the next make book
 # would pass without running it again; forgetting Sphinx's environment makes it read every page again
@@ -22,6 +24,11 @@ book: $(VENV)/.installed _build/.sync-stamp
 
 test: $(VENV)/.installed _build/.sync-stamp
 	$(PY) -m pytest
+
+# The fast half of make test: ruff and mypy (tests/test_lint.py, tests/test_typing.py), the package's
+# unit tests and the source tests. Chapters, the Sphinx build and the browser are left to make test.
+check: $(VENV)/.installed _build/.sync-stamp
+	$(PY) -m pytest -m "not chapter and not build and not browser" --durations=5
 
 # Regenerate the package and the Colab twins from the chapters.
 sync: $(VENV)/.installed
