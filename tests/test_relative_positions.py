@@ -96,3 +96,26 @@ def test_the_look_back_experiment_trains_alike_on_every_device() -> None:
 
     chapter = (Path(__file__).resolve().parents[1] / "book" / "relative-positions.md").read_text()
     assert "by_device(" not in chapter  # a bigger GPU budget once inverted the chapter's lesson
+
+
+def test_rope_creates_no_float64_tensor_on_the_device_of_its_input() -> None:
+    # Apple's MPS has no float64: RoPE once built its float64 angles on x's device. The meta device
+    # stands in for an accelerator here; every float64 tensor must stay on the CPU.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    created: list[tuple[torch.dtype, str]] = []
+
+    class RecordOutputs(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            result = func(*args, **(kwargs or {}))
+            for value in result if isinstance(result, (tuple, list)) else [result]:
+                if isinstance(value, torch.Tensor):
+                    created.append((value.dtype, value.device.type))
+            return result
+
+    x = torch.empty(2, 5, 8, device="meta")
+    with RecordOutputs():
+        rotated = apply_rope(x, torch.arange(5))
+    assert rotated.device.type == "meta" and rotated.dtype == torch.float32
+    assert (torch.float64, "meta") not in created, created
+    assert (torch.float64, "cpu") in created  # the angles are still computed in float64
