@@ -29,7 +29,24 @@ def test_device_prefers_cuda_then_mps_then_the_cpu(
 ) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+    monkeypatch.setattr(helpers, "_mps_works", lambda: True)
     assert transformer_book.device().type == expected
+
+
+def test_device_falls_back_to_the_cpu_when_mps_fails_its_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(helpers, "_mps_works", lambda: False)
+    assert transformer_book.device().type == "cpu"
+
+
+def test_the_mps_check_fails_with_a_message_where_mps_cannot_run() -> None:
+    if torch.backends.mps.is_available():
+        pytest.skip("this machine has a working MPS")
+    helpers._mps_works.cache_clear()
+    with pytest.warns(UserWarning, match="MPS is available but failed a small attention check"):
+        assert helpers._mps_works() is False
+    helpers._mps_works.cache_clear()
 
 
 def test_by_device_picks_the_cpu_setting_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,6 +8,7 @@ the chapter that teaches it.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import math
@@ -16,6 +17,7 @@ import os
 import platform
 import random
 import sys
+import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -35,13 +37,45 @@ HEATMAP_CMAP = "viridis"
 
 
 def device() -> torch.device:
-    """The fastest device available: CUDA, then Apple's MPS, then the CPU."""
+    """The fastest device available: CUDA, then Apple's MPS if it computes attention correctly, then the CPU."""
     if torch.cuda.is_available():
         return torch.device("cuda")
     mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
+    if mps is not None and mps.is_available() and _mps_works():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+@functools.cache
+def _mps_works() -> bool:
+    """Run one small attention step, forward and backward, on MPS and on the CPU; True if they agree.
+
+    MPS lacks some operations and dtypes in some PyTorch releases; a chapter should then run on the
+    CPU with a message, not fail halfway or print wrong numbers. Checked once per process.
+    """
+    generator = torch.Generator().manual_seed(0)
+    query, key, value = (torch.randn(2, 4, 8, 16, generator=generator) for _ in range(3))
+    mask = torch.ones(8, 8, dtype=torch.bool).tril()
+
+    def attend(where: str) -> tuple[torch.Tensor, torch.Tensor]:
+        q = query.to(where).requires_grad_()
+        output = torch.nn.functional.scaled_dot_product_attention(q, key.to(where), value.to(where), mask.to(where))
+        output.square().sum().backward()
+        assert q.grad is not None
+        return output.detach().cpu(), q.grad.cpu()
+
+    try:
+        (output, grad), (expected_output, expected_grad) = attend("mps"), attend("cpu")
+        agree = torch.allclose(output, expected_output, atol=1e-4) and torch.allclose(grad, expected_grad, atol=1e-3)
+        problem = "" if agree else "its result differs from the CPU's"
+    except Exception as error:  # any failure of the backend means: do not use it
+        agree, problem = False, f"{type(error).__name__}: {error}"
+    if not agree:
+        warnings.warn(
+            f"Apple's MPS is available but failed a small attention check ({problem}); the book runs on the CPU.",
+            stacklevel=3,
+        )
+    return agree
 
 
 def on_accelerator() -> bool:
