@@ -4,6 +4,7 @@ match what the tests checked: one version everywhere, and no change to the packa
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -33,7 +34,23 @@ def test_package_is_unchanged_since_its_release_tag() -> None:
     except FileNotFoundError:
         pytest.skip("git is not installed")
     if not tagged:
-        return  # a new version, released by .github/workflows/release.yml once CI passes on main
+        shallow = subprocess.run(
+            ["git", "rev-parse", "--is-shallow-repository"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        # A shallow checkout (actions/checkout's default) has no tags, so it cannot tell a new version
+        # from a released one; this test once returned early there and could never fail in CI. The
+        # book's workflow fetches the tags, so there a shallow checkout is an error; elsewhere the
+        # test says that it could not check.
+        if shallow == "true":
+            reason = (
+                f"this is a shallow clone without tags, so it cannot tell whether {tag} was released and "
+                f"src/ has changed since: fetch the history and tags (git fetch --tags --unshallow, or "
+                f"fetch-depth: 0 in actions/checkout)"
+            )
+            if os.environ.get("GITHUB_ACTIONS") == "true":
+                pytest.fail(reason)
+            pytest.skip(reason)
+        return  # a full clone without the tag: a new version, tagged by release.yml once CI passes on main
     changed = subprocess.run(
         ["git", "diff", "--name-only", tag, "--", "src/"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split()
