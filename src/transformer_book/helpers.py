@@ -286,6 +286,7 @@ def progress(iterable: Iterable[T], *, desc: str, total: int | None = None) -> t
     return _finished_bar_class()(iterable, desc=desc, total=total, file=sys.stdout)
 
 
+@functools.cache  # one class, made on first use: tqdm is imported only when a bar is shown
 def _finished_bar_class() -> type[tqdm[Any]]:
     """tqdm's bar that draws nothing until it is closed, then draws its final state once."""
     from tqdm import tqdm
