@@ -136,7 +136,7 @@ def main() -> None:
     ]
 
     def book_forward(batch: Batch) -> Tensor:
-        logits: Tensor = book_model(batch.source, batch.target_input, batch.source_mask, batch.target_mask)
+        logits: Tensor = book_model(**batch.model_inputs())
         return logits
 
     def book_fused(batches: list[Batch]) -> float:

@@ -139,7 +139,8 @@ def test_without_the_causal_mask_earlier_outputs_do_change() -> None:
     everywhere = torch.ones(1, M, M, dtype=torch.bool)
     with torch.no_grad():
         difference = (
-            decoder(changed, memory, source_mask, everywhere) - decoder(x, memory, source_mask, everywhere)
+            decoder(changed, memory, source_mask=source_mask, target_mask=everywhere)
+            - decoder(x, memory, source_mask=source_mask, target_mask=everywhere)
         ).abs()
     assert difference[:, 0].max() > 1e-4
 
@@ -309,9 +310,9 @@ def test_inputs_of_the_wrong_shape_are_rejected(module: nn.Module) -> None:
 def test_masks_of_the_wrong_shape_or_dtype_are_rejected(module: nn.Module) -> None:
     x, memory, source_mask = inputs()
     with pytest.raises(ValueError, match=r"mask of shape \(1, 4, 4\) does not broadcast"):
-        module(x, memory, source_mask, target_mask=causal_mask(4)[None])
+        module(x, memory, source_mask=source_mask, target_mask=causal_mask(4)[None])
     with pytest.raises(ValueError, match=r"mask must have 3 dimensions"):
-        module(x, memory, source_mask, target_mask=causal_mask(M))
+        module(x, memory, source_mask=source_mask, target_mask=causal_mask(M))
     with pytest.raises(ValueError, match=r"mask of shape \(2, 1, 5\) does not broadcast"):
         module(x, memory, source_mask=padding_mask(torch.tensor([5, 3]), 5))  # padded to M, not N
     with pytest.raises(ValueError, match="give one mask for all heads"):
@@ -365,8 +366,8 @@ def test_a_layer_without_kept_weights_takes_the_fused_path_to_the_same_output(cr
     layer = DecoderLayer(D_MODEL, HEADS, D_FF, cross_attention=cross_attention).eval()
     x, memory, source_mask = inputs()
     memory_or_none = memory if cross_attention else None
-    kept = layer(x, memory_or_none, source_mask if cross_attention else None)
+    kept = layer(x, memory_or_none, source_mask=source_mask if cross_attention else None)
     layer.keep_attention_weights = False
-    fused = layer(x, memory_or_none, source_mask if cross_attention else None)
+    fused = layer(x, memory_or_none, source_mask=source_mask if cross_attention else None)
     assert layer.self_attention_weights is None and layer.cross_attention_weights is None
     assert (fused - kept).abs().max() < 1e-5

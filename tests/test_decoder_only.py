@@ -105,7 +105,7 @@ def test_random_windows_are_shifted_by_one() -> None:
     assert batch.inputs.shape == batch.target_output.shape == (4, 10)
     assert torch.equal(batch.target_output, batch.inputs + 1)
     assert batch.num_target_tokens == 40
-    assert batch.model_inputs()[0] is batch.inputs
+    assert batch.model_inputs()["tokens"] is batch.inputs
 
 
 def test_random_windows_refuse_a_stream_too_short_or_not_flat() -> None:

@@ -65,8 +65,8 @@ def padded_sources(lengths: list[int], seed: int = 1, vocab: int = VOCAB) -> tup
 def test_cached_greedy_decode_equals_greedy_decode(norm_first: bool, end_id: int | None) -> None:
     model = tiny_model(norm_first)
     source, source_mask = padded_sources([7, 3, 5, 1, 6, 2])
-    expected = greedy_decode(model, source, source_mask, max_new_tokens=9, end_id=end_id)
-    assert cached_greedy_decode(model, source, source_mask, max_new_tokens=9, end_id=end_id) == expected
+    expected = greedy_decode(model, source, source_mask=source_mask, max_new_tokens=9, end_id=end_id)
+    assert cached_greedy_decode(model, source, source_mask=source_mask, max_new_tokens=9, end_id=end_id) == expected
     if end_id is None:
         assert all(len(output) == 9 for output in expected)
 
@@ -76,12 +76,14 @@ def test_step_logits_equal_the_full_models_last_position(norm_first: bool) -> No
     model = tiny_model(norm_first)
     source, source_mask = padded_sources([6, 2, 4])
     target_input = torch.tensor([[START_ID, 5, 7, 4, 9], [START_ID, 3, 3, 8, 6], [START_ID, 10, 2, 5, 5]])
-    decoder = IncrementalDecoder(model, source, source_mask)
+    decoder = IncrementalDecoder(model, source, source_mask=source_mask)
     with torch.no_grad():
-        memory = model.encode(source, source_mask)
+        memory = model.encode(source, source_mask=source_mask)
         for t in range(target_input.shape[1]):
             step_logits = decoder.step(target_input[:, t])
-            prefix_logits = model.generator(model.decode(target_input[:, : t + 1], memory, source_mask))[:, -1]
+            prefix_logits = model.generator(model.decode(target_input[:, : t + 1], memory, source_mask=source_mask))[
+                :, -1
+            ]
             torch.testing.assert_close(step_logits, prefix_logits, atol=1e-5, rtol=1e-5)
 
 
@@ -92,15 +94,15 @@ def test_the_cache_hides_the_sources_padding() -> None:
     changed = source.clone()
     changed[1, 2:] = 7
     tokens = torch.tensor([START_ID, START_ID])
-    original = IncrementalDecoder(model, source, source_mask).step(tokens)
-    assert torch.equal(IncrementalDecoder(model, changed, source_mask).step(tokens), original)
-    assert not torch.equal(IncrementalDecoder(model, changed, None).step(tokens)[1], original[1])
+    original = IncrementalDecoder(model, source, source_mask=source_mask).step(tokens)
+    assert torch.equal(IncrementalDecoder(model, changed, source_mask=source_mask).step(tokens), original)
+    assert not torch.equal(IncrementalDecoder(model, changed, source_mask=None).step(tokens)[1], original[1])
 
 
 def test_the_cache_grows_by_one_position_per_step() -> None:
     model = tiny_model()
     source, source_mask = padded_sources([5, 3])
-    decoder = IncrementalDecoder(model, source, source_mask)
+    decoder = IncrementalDecoder(model, source, source_mask=source_mask)
     for step in range(1, 4):
         decoder.step(torch.tensor([START_ID, 4]))
         for keys, values in zip(decoder.keys, decoder.values):
@@ -115,12 +117,12 @@ def test_select_reorders_and_repeats_the_rows_of_every_cache() -> None:
     first, second = torch.tensor([START_ID] * 3), torch.tensor([5, 8, 9])
     rows = torch.tensor([2, 0, 0, 1])
 
-    decoder = IncrementalDecoder(model, source, source_mask)
+    decoder = IncrementalDecoder(model, source, source_mask=source_mask)
     decoder.step(first)
     decoder.select(rows)
     reordered = decoder.step(second[rows])
 
-    fresh = IncrementalDecoder(model, source[rows], source_mask[rows])
+    fresh = IncrementalDecoder(model, source[rows], source_mask=source_mask[rows])
     fresh.step(first[rows])
     expected = fresh.step(second[rows])
     torch.testing.assert_close(reordered, expected, atol=1e-6, rtol=1e-6)
@@ -128,7 +130,8 @@ def test_select_reorders_and_repeats_the_rows_of_every_cache() -> None:
 
 
 def test_step_rejects_tokens_of_the_wrong_shape() -> None:
-    decoder = IncrementalDecoder(tiny_model(), *padded_sources([4, 3]))
+    source, source_mask = padded_sources([4, 3])
+    decoder = IncrementalDecoder(tiny_model(), source, source_mask=source_mask)
     with pytest.raises(ValueError, match=r"tokens must hold one id per row, shape \(2,\), got shape \(3,\)"):
         decoder.step(torch.tensor([START_ID] * 3))
     with pytest.raises(ValueError, match="tokens must hold one id per row"):
@@ -136,7 +139,8 @@ def test_step_rejects_tokens_of_the_wrong_shape() -> None:
 
 
 def test_step_stops_at_the_end_of_the_positional_table() -> None:
-    decoder = IncrementalDecoder(tiny_model(max_len=3), *padded_sources([3]))
+    source, source_mask = padded_sources([3])
+    decoder = IncrementalDecoder(tiny_model(max_len=3), source, source_mask=source_mask)
     for _ in range(3):
         decoder.step(torch.tensor([START_ID]))
     with pytest.raises(ValueError, match="cannot decode past the positional table's 3 positions"):
@@ -146,9 +150,9 @@ def test_step_stops_at_the_end_of_the_positional_table() -> None:
 def test_greedy_decode_stops_at_the_end_of_the_positional_table() -> None:
     model = tiny_model(max_len=3)
     source, source_mask = padded_sources([3])
-    assert len(greedy_decode(model, source, source_mask, max_new_tokens=2, end_id=None)[0]) == 2
+    assert len(greedy_decode(model, source, source_mask=source_mask, max_new_tokens=2, end_id=None)[0]) == 2
     with pytest.raises(ValueError, match="longer than the positional table"):
-        greedy_decode(model, source, source_mask, max_new_tokens=5, end_id=None)
+        greedy_decode(model, source, source_mask=source_mask, max_new_tokens=5, end_id=None)
 
 
 def test_generate_applies_choose_and_stops_at_the_end_token() -> None:
@@ -157,7 +161,7 @@ def test_generate_applies_choose_and_stops_at_the_end_token() -> None:
     always_end = generate(
         model,
         source,
-        source_mask,
+        source_mask=source_mask,
         max_new_tokens=5,
         choose=lambda logits: torch.full_like(logits[:, 0], END_ID, dtype=torch.long),
     )
@@ -165,7 +169,7 @@ def test_generate_applies_choose_and_stops_at_the_end_token() -> None:
     always_seven = generate(
         model,
         source,
-        source_mask,
+        source_mask=source_mask,
         max_new_tokens=4,
         end_id=None,
         choose=lambda logits: torch.full_like(logits[:, 0], 7, dtype=torch.long),
@@ -194,9 +198,11 @@ def test_checking_for_the_end_every_few_steps_gives_the_same_output(monkeypatch:
         return choose
 
     every_step_count, every_eighth_count = [0], [0]
-    every_step = generate(model, source, source_mask, max_new_tokens=20, choose=scripted(every_step_count))
+    every_step = generate(model, source, source_mask=source_mask, max_new_tokens=20, choose=scripted(every_step_count))
     monkeypatch.setattr(decoding, "steps_between_stop_checks", lambda device: 8)
-    every_eighth = generate(model, source, source_mask, max_new_tokens=20, choose=scripted(every_eighth_count))
+    every_eighth = generate(
+        model, source, source_mask=source_mask, max_new_tokens=20, choose=scripted(every_eighth_count)
+    )
     assert every_eighth == every_step == [[3 + row] * int(end_step[row]) for row in range(6)]
     assert (every_step_count[0], every_eighth_count[0]) == (6, 8)  # the last row ends at step 6; the check at 8
 
@@ -229,7 +235,7 @@ def exhaustive_best(
     outputs = [list(output) for length in range(max_new_tokens) for output in itertools.product(tokens, repeat=length)]
     batch = make_batch([source[0].tolist()] * len(outputs), outputs)
     with torch.no_grad():
-        logits = model(batch.source, batch.target_input, batch.source_mask, batch.target_mask)
+        logits = model(**batch.model_inputs())
         log_probs = torch.log_softmax(logits, dim=-1)
     token_log_probs = log_probs.gather(-1, batch.target_output.unsqueeze(-1)).squeeze(-1)
     scores = [
@@ -263,7 +269,7 @@ def test_beam_search_returns_the_most_probable_prefix_when_nothing_ends() -> Non
     outputs = [list(output) for output in itertools.product(range(vocab), repeat=max_new_tokens)]
     batch = make_batch([source[0].tolist()] * len(outputs), outputs)
     with torch.no_grad():
-        logits = model(batch.source, batch.target_input, batch.source_mask, batch.target_mask)
+        logits = model(**batch.model_inputs())
         log_probs = torch.log_softmax(logits, dim=-1)
     sums = log_probs.gather(-1, batch.target_output.unsqueeze(-1)).squeeze(-1)[:, :max_new_tokens].sum(-1)
     output = beam_search(model, source, max_new_tokens=max_new_tokens, beam_size=1000, end_id=vocab + 1)
@@ -277,17 +283,17 @@ def test_top_k_one_sampling_is_greedy_decoding() -> None:
     model = tiny_model()
     source, source_mask = padded_sources([7, 3, 5, 1, 6, 2])
     rng = torch.Generator().manual_seed(0)
-    sampled = sample_decode(model, source, source_mask, max_new_tokens=9, temperature=5.0, top_k=1, rng=rng)
-    assert sampled == greedy_decode(model, source, source_mask, max_new_tokens=9)
+    sampled = sample_decode(model, source, source_mask=source_mask, max_new_tokens=9, temperature=5.0, top_k=1, rng=rng)
+    assert sampled == greedy_decode(model, source, source_mask=source_mask, max_new_tokens=9)
 
 
 def test_a_low_temperature_samples_greedily() -> None:
     model = tiny_model()
     source, source_mask = padded_sources([7, 3, 5, 1, 6, 2])
-    greedy = greedy_decode(model, source, source_mask, max_new_tokens=9)
+    greedy = greedy_decode(model, source, source_mask=source_mask, max_new_tokens=9)
     rng = torch.Generator().manual_seed(0)
-    assert sample_decode(model, source, source_mask, max_new_tokens=9, temperature=1e-4, rng=rng) == greedy
-    assert sample_decode(model, source, source_mask, max_new_tokens=9, temperature=1.0, rng=rng) != greedy
+    assert sample_decode(model, source, source_mask=source_mask, max_new_tokens=9, temperature=1e-4, rng=rng) == greedy
+    assert sample_decode(model, source, source_mask=source_mask, max_new_tokens=9, temperature=1.0, rng=rng) != greedy
 
 
 def test_a_seeded_generator_repeats_its_samples() -> None:
@@ -298,7 +304,7 @@ def test_a_seeded_generator_repeats_its_samples() -> None:
         return sample_decode(
             model,
             source,
-            source_mask,
+            source_mask=source_mask,
             max_new_tokens=9,
             temperature=2.0,
             end_id=None,
@@ -315,11 +321,11 @@ def test_top_k_draws_only_among_the_k_most_probable_tokens() -> None:
     rng = torch.Generator().manual_seed(0)
     # A huge temperature makes the top-k almost uniform, so every one of the k tokens gets drawn.
     sampled = sample_decode(
-        model, source, source_mask, max_new_tokens=8, temperature=1e4, top_k=3, end_id=None, rng=rng
+        model, source, source_mask=source_mask, max_new_tokens=8, temperature=1e4, top_k=3, end_id=None, rng=rng
     )
     batch = make_batch(source.tolist(), sampled)  # for target_input (START + samples) and target_output
     with torch.no_grad():
-        logits = model(source, batch.target_input, source_mask)[:, :8]
+        logits = model(source, batch.target_input, source_mask=source_mask)[:, :8]
     ranks = (logits > logits.gather(-1, batch.target_output[:, :8, None])).sum(-1)
     assert ranks.max() <= 2 and ranks.min() == 0
     assert (ranks == 2).any()  # not just greedy
@@ -350,10 +356,12 @@ def test_decoders_reject_an_empty_source_and_max_new_tokens_below_one(decode) ->
 
 
 DECODERS = {
-    "greedy_decode": lambda model, source, mask: greedy_decode(model, source, mask, max_new_tokens=4),
-    "cached_greedy_decode": lambda model, source, mask: cached_greedy_decode(model, source, mask, max_new_tokens=4),
-    "sample_decode": lambda model, source, mask: sample_decode(model, source, mask, max_new_tokens=4),
-    "beam_search": lambda model, source, mask: beam_search(model, source[:1], mask[:1], max_new_tokens=4),
+    "greedy_decode": lambda model, source, mask: greedy_decode(model, source, source_mask=mask, max_new_tokens=4),
+    "cached_greedy_decode": lambda model, source, mask: cached_greedy_decode(
+        model, source, source_mask=mask, max_new_tokens=4
+    ),
+    "sample_decode": lambda model, source, mask: sample_decode(model, source, source_mask=mask, max_new_tokens=4),
+    "beam_search": lambda model, source, mask: beam_search(model, source[:1], source_mask=mask[:1], max_new_tokens=4),
 }
 
 
@@ -371,10 +379,10 @@ def test_decoders_leave_the_model_in_the_mode_they_found_it(name: str, training:
 def test_decoders_decode_without_dropout_even_from_a_model_in_training_mode() -> None:
     model = make_transformer(VOCAB, VOCAB, d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.5)
     source, source_mask = padded_sources([5, 3])
-    expected = greedy_decode(model.eval(), source, source_mask, max_new_tokens=6, end_id=None)
+    expected = greedy_decode(model.eval(), source, source_mask=source_mask, max_new_tokens=6, end_id=None)
     model.train()
-    assert greedy_decode(model, source, source_mask, max_new_tokens=6, end_id=None) == expected
-    assert cached_greedy_decode(model, source, source_mask, max_new_tokens=6, end_id=None) == expected
+    assert greedy_decode(model, source, source_mask=source_mask, max_new_tokens=6, end_id=None) == expected
+    assert cached_greedy_decode(model, source, source_mask=source_mask, max_new_tokens=6, end_id=None) == expected
 
 
 def test_beam_search_hides_the_padding_of_a_padded_source() -> None:
@@ -382,10 +390,10 @@ def test_beam_search_hides_the_padding_of_a_padded_source() -> None:
     source, source_mask = padded_sources([6, 3])
     padded, mask = source[1:], source_mask[1:]  # one sentence of 3 tokens, padded to 6
     alone = beam_search(model, padded[:, :3], max_new_tokens=6)
-    assert beam_search(model, padded, mask, max_new_tokens=6) == alone
+    assert beam_search(model, padded, source_mask=mask, max_new_tokens=6) == alone
     changed = padded.clone()
     changed[0, 3:] = 7
-    assert beam_search(model, changed, mask, max_new_tokens=6) == alone
+    assert beam_search(model, changed, source_mask=mask, max_new_tokens=6) == alone
 
 
 def test_incremental_decoder_rejects_an_empty_source() -> None:
@@ -441,3 +449,19 @@ def test_sample_token_refuses_a_bad_temperature_or_top_k() -> None:
 def test_incremental_decoder_needs_the_source_when_the_decoder_has_cross_attention() -> None:
     with pytest.raises(ValueError, match="give the source"):
         IncrementalDecoder(tiny_model(), source=None, batch_size=1)
+
+
+@pytest.mark.parametrize(
+    "decode",
+    [greedy_decode, cached_greedy_decode, lambda model, source, **kw: sample_decode(model, source, top_k=1, **kw)],
+    ids=["greedy", "cached", "sampled"],
+)
+def test_decoders_hide_the_source_padding_when_no_mask_is_given(decode: Callable[..., list[list[int]]]) -> None:
+    # Once silent: without a source_mask, the encoder and every cross-attention read the padding,
+    # so a sentence decoded differently with more padding after it.
+    model = tiny_model()
+    source, source_mask = padded_sources([7, 3, 5, 1, 6, 2])
+    with_mask = decode(model, source, source_mask=source_mask, max_new_tokens=9, end_id=None)
+    assert decode(model, source, max_new_tokens=9, end_id=None) == with_mask
+    more_padding = torch.cat([source, torch.zeros(source.shape[0], 4, dtype=torch.long)], dim=1)
+    assert decode(model, more_padding, max_new_tokens=9, end_id=None) == with_mask

@@ -49,7 +49,7 @@ def test_layer_and_stack_keep_the_shape_and_record_weights() -> None:
     stack = Encoder(LAYERS, D_MODEL, HEADS, D_FF)
     x = inputs()
     assert layer(x).shape == (BATCH, N, D_MODEL)
-    assert stack(x, padding_mask(LENGTHS, N)).shape == (BATCH, N, D_MODEL)
+    assert stack(x, mask=padding_mask(LENGTHS, N)).shape == (BATCH, N, D_MODEL)
     assert layer.attention_weights is not None and layer.attention_weights.shape == (BATCH, HEADS, N, N)
     assert not layer.attention_weights.requires_grad
     assert len(stack.layers) == LAYERS and all(isinstance(layer, EncoderLayer) for layer in stack.layers)
@@ -96,7 +96,7 @@ def test_padding_does_not_leak_into_real_positions(norm_first: bool) -> None:
     other = x.clone()
     other[~real] = 100 * torch.randn_like(other[~real])
     with torch.no_grad():
-        output, other_output = stack(x, mask), stack(other, mask)
+        output, other_output = stack(x, mask=mask), stack(other, mask=mask)
         unmasked, other_unmasked = stack(x), stack(other)
     assert torch.equal(output[real], other_output[real])
     assert not torch.allclose(unmasked[real], other_unmasked[real], atol=1e-2)  # the mask is what protects them
@@ -107,7 +107,7 @@ def test_sentence_alone_equals_sentence_in_a_padded_batch() -> None:
     stack = Encoder(LAYERS, D_MODEL, HEADS, D_FF).eval()
     x = inputs()
     with torch.no_grad():
-        batched = stack(x, padding_mask(LENGTHS, N))
+        batched = stack(x, mask=padding_mask(LENGTHS, N))
         alone = stack(x[1:2, : LENGTHS[1]])
     assert torch.allclose(alone[0], batched[1, : LENGTHS[1]], atol=1e-5)
 
@@ -115,7 +115,7 @@ def test_sentence_alone_equals_sentence_in_a_padded_batch() -> None:
 def test_padded_keys_get_zero_attention_weight() -> None:
     torch.manual_seed(0)
     layer = EncoderLayer(D_MODEL, HEADS, D_FF)
-    layer(inputs(), padding_mask(LENGTHS, N))
+    layer(inputs(), mask=padding_mask(LENGTHS, N))
     weights = layer.attention_weights
     assert weights is not None
     for row, length in enumerate(LENGTHS):
@@ -135,7 +135,7 @@ def test_without_positions_the_stack_is_permutation_equivariant() -> None:
 def test_bad_mask_is_rejected() -> None:
     layer = EncoderLayer(D_MODEL, HEADS, D_FF)
     with pytest.raises(ValueError, match="bool"):
-        layer(inputs(), torch.ones(BATCH, 1, N))
+        layer(inputs(), mask=torch.ones(BATCH, 1, N))
 
 
 # --- agreement with PyTorch ------------------------------------------------------------------------
@@ -160,7 +160,7 @@ def test_agrees_with_torch(part: str, norm_first: bool, activation: str, padded:
     mask = padding_mask(LENGTHS, N) if padded else None
     their_mask = ~mask[:, 0, :] if mask is not None else None
     with torch.no_grad():
-        difference = (ours(x, mask) - theirs(x, src_key_padding_mask=their_mask)).abs().max()
+        difference = (ours(x, mask=mask) - theirs(x, src_key_padding_mask=their_mask)).abs().max()
     assert difference < 1e-5
 
 
@@ -175,7 +175,7 @@ def test_stack_agrees_with_torch_fast_path_at_real_positions() -> None:
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         their_output = theirs(x, src_key_padding_mask=~real)
-        assert (ours(x, mask) - their_output)[real].abs().max() < 1e-5
+        assert (ours(x, mask=mask) - their_output)[real].abs().max() < 1e-5
 
 
 def test_loaded_layers_keep_their_order() -> None:
@@ -276,8 +276,8 @@ def test_a_layer_without_kept_weights_takes_the_fused_path_to_the_same_output(no
     torch.manual_seed(0)
     layer = EncoderLayer(D_MODEL, HEADS, D_FF, norm_first=norm_first).eval()
     mask = padding_mask(torch.tensor(LENGTHS), N)
-    kept = layer(inputs(), mask)
+    kept = layer(inputs(), mask=mask)
     layer.keep_attention_weights = False
-    fused = layer(inputs(), mask)
+    fused = layer(inputs(), mask=mask)
     assert layer.attention_weights is None
     assert (fused - kept).abs().max() < 1e-5

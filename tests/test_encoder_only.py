@@ -117,7 +117,9 @@ def test_model_sees_both_sides_unless_a_causal_mask_is_given() -> None:
     left_only = causal_mask(6)[None]
     with torch.no_grad():
         assert not torch.allclose(model(tokens)[0, 0], model(changed)[0, 0])
-        assert torch.allclose(model(tokens, left_only)[0, :5], model(changed, left_only)[0, :5], atol=1e-6)
+        assert torch.allclose(
+            model(tokens, attention_mask=left_only)[0, :5], model(changed, attention_mask=left_only)[0, :5], atol=1e-6
+        )
 
 
 def test_model_agrees_with_torch_transformer_encoder() -> None:
@@ -176,11 +178,11 @@ def test_model_refuses_a_two_dimensional_attention_mask() -> None:
     model = EncoderOnlyModel(VOCAB, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0).eval()
     tokens = ordinary_tokens(4, 4)
     key_padding = torch.ones(4, 4, dtype=torch.bool)
-    with pytest.raises(ValueError, match=r"attention_mask must be a 3-D bool tensor .* a 2-D mask is ambiguous"):
-        model(tokens, key_padding)
-    with pytest.raises(ValueError, match="attention_mask must be a 3-D bool tensor"):
-        model(tokens, torch.ones(1, 4, 4))  # a float mask
+    with pytest.raises(ValueError, match=r"attention_mask must have 3 dimensions .* a 2-D mask is ambiguous"):
+        model(tokens, attention_mask=key_padding)
+    with pytest.raises(ValueError, match="attention_mask: mask must be a bool tensor"):
+        model(tokens, attention_mask=torch.ones(1, 4, 4))  # a float mask
     with pytest.raises(ValueError, match=r"tokens must have shape \(batch, n\)"):
         model(tokens[0])
     with torch.no_grad():
-        assert torch.equal(model(tokens, key_padding[:, None]), model(tokens))  # the advised form works
+        assert torch.equal(model(tokens, attention_mask=key_padding[:, None]), model(tokens))  # the advised form works

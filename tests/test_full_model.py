@@ -100,7 +100,7 @@ def test_tied_gradient_is_the_sum_of_the_three_uses_and_a_step_moves_all_three()
     untied.load_state_dict(tied.state_dict())
     source, target_input, source_mask = batch()
     for model in [tied, untied]:
-        model(source, target_input, source_mask).square().mean().backward()
+        model(source, target_input, source_mask=source_mask).square().mean().backward()
     summed = sum(matrix.grad for matrix in vocabulary_matrices(untied))
     assert torch.allclose(tied.generator.projection.weight.grad, summed, atol=1e-6)
     before = tied.source_embedding.embedding.weight.detach().clone()
@@ -135,9 +135,9 @@ def test_generator_has_no_bias_and_gives_logits():
 def test_shapes_of_encode_decode_and_forward():
     model = small_model()
     source, target_input, source_mask = batch()
-    memory = model.encode(source, source_mask)
-    hidden = model.decode(target_input, memory, source_mask)
-    logits = model(source, target_input, source_mask)
+    memory = model.encode(source, source_mask=source_mask)
+    hidden = model.decode(target_input, memory, source_mask=source_mask)
+    logits = model(source, target_input, source_mask=source_mask)
     assert memory.shape == (BATCH, N, D_MODEL)
     assert hidden.shape == (BATCH, M, D_MODEL)
     assert logits.shape == (BATCH, M, VOCAB)
@@ -157,22 +157,56 @@ def test_default_target_mask_is_causal():
     changed = target_input.clone()
     changed[:, 3] = (changed[:, 3] + 1) % VOCAB  # change position 3 only
     with torch.no_grad():
-        original = model(source, target_input, source_mask)
-        after = model(source, changed, source_mask)
+        original = model(source, target_input, source_mask=source_mask)
+        after = model(source, changed, source_mask=source_mask)
     assert torch.allclose(original[:, :3], after[:, :3], atol=1e-6)  # earlier positions do not see it
     assert not torch.allclose(original[:, 3:], after[:, 3:], atol=1e-3)
 
 
-def test_an_explicit_target_mask_replaces_the_causal_one():
+def test_a_target_mask_is_combined_with_the_causal_one():
+    # Once silent: a target_mask that let every position see every other (a source padding mask
+    # given as the target's, say) replaced the causal mask, and the decoder saw the future.
     model = small_model()
     source, target_input, source_mask = batch()
     changed = target_input.clone()
     changed[:, 3] = (changed[:, 3] + 1) % VOCAB
     see_everything = torch.ones(1, M, M, dtype=torch.bool)
     with torch.no_grad():
-        original = model(source, target_input, source_mask, see_everything)
-        after = model(source, changed, source_mask, see_everything)
-    assert not torch.allclose(original[:, 0], after[:, 0], atol=1e-3)  # position 0 now sees position 3
+        original = model(source, target_input, source_mask=source_mask, target_mask=see_everything)
+        after = model(source, changed, source_mask=source_mask, target_mask=see_everything)
+        causal = model(source, target_input, source_mask=source_mask)
+    assert torch.equal(original[:, :3], after[:, :3])  # positions before 3 still do not see it
+    assert torch.equal(original, causal)
+
+
+def test_without_a_source_mask_the_source_padding_is_hidden():
+    # Once silent: with no source_mask, every query attended to the padding, and a row's logits
+    # moved with the amount of padding after it.
+    model = small_model()
+    source, target_input, source_mask = batch()
+    source = source.clamp(min=1).masked_fill(~source_mask[:, 0], 0)  # real tokens 1.., padding 0
+    more_padding = torch.cat([source, torch.zeros(BATCH, 3, dtype=torch.long)], dim=1)
+    with torch.no_grad():
+        automatic = model(source, target_input)
+        assert torch.equal(automatic, model(source, target_input, source_mask=source_mask))
+        torch.testing.assert_close(model(more_padding, target_input), automatic, atol=1e-5, rtol=0)
+        unmasked = small_model(pad_id=None)(more_padding, target_input)
+    assert (unmasked - automatic).abs().max() > 1e-2  # what a model that reads its padding gives
+
+
+def test_swapped_source_and_target_masks_are_refused():
+    # Once silent when n == m: a causal (1, m, m) mask broadcasts as a source mask, and a
+    # (batch, 1, n) padding mask as a target mask, so the decoder saw the future.
+    model = small_model()
+    source, target_input, _ = batch()
+    source = source[:, :M]
+    source_mask, target_mask = padding_mask(torch.tensor([M, 4, 2])[:BATCH], M), causal_mask(M)[None]
+    with pytest.raises(ValueError, match="source_mask and target_mask swapped"):
+        model(source, target_input, source_mask=target_mask, target_mask=source_mask)
+    with pytest.raises(TypeError):
+        model(source, target_input, source_mask, target_mask)  # masks by position are refused
+    with pytest.raises(ValueError, match="target_mask must have 3 dimensions"):
+        model(source, target_input, source_mask=source_mask, target_mask=causal_mask(M))
 
 
 def test_a_pytorch_style_source_padding_mask_is_refused():
@@ -183,9 +217,9 @@ def test_a_pytorch_style_source_padding_mask_is_refused():
     target_input = torch.randint(0, VOCAB, (N, M))
     key_padding = torch.arange(N)[None, :] < torch.arange(1, N + 1)[:, None]  # (batch, n), True = real
     with pytest.raises(ValueError, match="ambiguous"):
-        model(source, target_input, key_padding)
+        model(source, target_input, source_mask=key_padding)
     with pytest.raises(ValueError, match="ambiguous"):
-        model(source, target_input, key_padding[:, None], causal_mask(M))
+        model(source, target_input, source_mask=key_padding[:, None], target_mask=causal_mask(M))
 
 
 def test_source_padding_is_ignored():
@@ -194,8 +228,8 @@ def test_source_padding_is_ignored():
     changed = source.clone()
     changed[2, SOURCE_LENGTHS[2] :] = (changed[2, SOURCE_LENGTHS[2] :] + 1) % VOCAB  # only padding changes
     with torch.no_grad():
-        original = model(source, target_input, source_mask)
-        after = model(changed, target_input, source_mask)
+        original = model(source, target_input, source_mask=source_mask)
+        after = model(changed, target_input, source_mask=source_mask)
         unmasked = model(changed, target_input)
     assert torch.allclose(original, after, atol=1e-6)
     assert not torch.allclose(original[2], unmasked[2], atol=1e-3)
@@ -223,8 +257,8 @@ def test_stacks_agree_with_nn_transformer(norm_first):
     with torch.no_grad():
         source_vectors = ours.positional_encoding(ours.source_embedding(source))
         target_vectors = ours.positional_encoding(ours.target_embedding(target_input))
-        our_memory = ours.encode(source, source_mask)
-        our_output = ours.decode(target_input, our_memory, source_mask)
+        our_memory = ours.encode(source, source_mask=source_mask)
+        our_output = ours.decode(target_input, our_memory, source_mask=source_mask)
         blocked = ~source_mask[:, 0]
         their_memory = theirs.encoder(source_vectors, src_key_padding_mask=blocked)
         their_output = theirs(
@@ -329,3 +363,9 @@ def test_initial_loss_is_near_uniform_guessing():
         logits = model(source, target_input)
     loss = nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten()).item()
     assert 0.0 < loss - math.log(1000) < 1.5
+
+
+@pytest.mark.parametrize("pad_id", [-1, 1.0, True])
+def test_a_bad_pad_id_is_refused(pad_id: object) -> None:
+    with pytest.raises(ValueError, match="pad_id must be"):
+        small_model(pad_id=pad_id)

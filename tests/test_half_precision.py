@@ -47,8 +47,8 @@ def test_transformer_in_half_precision_is_finite_and_close_to_float32(dtype: tor
     source_mask = padding_mask(torch.tensor([7, 4]), 7)
     target_mask = causal_mask(5)[None]
     with torch.no_grad():
-        full = model(source, target, source_mask, target_mask)
-        half = model.to(dtype)(source, target, source_mask, target_mask)
+        full = model(source, target, source_mask=source_mask, target_mask=target_mask)
+        half = model.to(dtype)(source, target, source_mask=source_mask, target_mask=target_mask)
     assert half.dtype == dtype and torch.isfinite(half).all()
     # Log-probabilities of order 3; 16-bit floats carry 3 (fp16) or 2 (bf16) significant digits.
     assert (half.float() - full).abs().max() < 0.25
@@ -62,7 +62,7 @@ def test_cached_step_equals_the_full_decoder_in_half_precision(dtype: torch.dtyp
     prefix = torch.randint(3, VOCAB, (2, 4))
     with torch.no_grad():
         memory = model.encode(source)
-        full = model.generator(model.decode(prefix, memory, None, causal_mask(4)[None]))[:, -1]
+        full = model.generator(model.decode(prefix, memory, source_mask=None, target_mask=causal_mask(4)[None]))[:, -1]
         decoder = IncrementalDecoder(model, source)
         for position in range(4):
             step = decoder.step(prefix[:, position])

@@ -79,7 +79,7 @@ def test_train_stops_cleanly_on_keyboard_interrupt() -> None:
     history = train(model, interrupted_after(7), steps=50, optimizer=optimizer, scheduler=scheduler)
     assert history.interrupted and len(history.losses) == 7 and scheduler.last_epoch == 7
     batch = next(copy_batches(seed=1))
-    logits = model(batch.source, batch.target_input, batch.source_mask, batch.target_mask)  # still usable
+    logits = model(**batch.model_inputs())  # still usable
     assert torch.isfinite(logits).all()
 
 
@@ -106,7 +106,7 @@ def test_train_records_the_gradient_norm_and_does_not_clip_by_default() -> None:
     # The same steps by hand, without clipping: the same weights, and the same first norm.
     reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
     for step, batch in enumerate(batches):
-        logits = reference(batch.source, batch.target_input, batch.source_mask, batch.target_mask)
+        logits = reference(**batch.model_inputs())
         loss = LabelSmoothingLoss(0.1)(logits, batch.target_output)
         reference_optimizer.zero_grad()
         loss.backward()
@@ -265,10 +265,13 @@ class ScriptedModel(nn.Module):
         self.scripts = scripts
         self.decode_calls = 0
 
-    def encode(self, source: Tensor, source_mask: Tensor | None = None) -> Tensor:
+    def source_padding_mask(self, source: Tensor) -> None:
+        return None
+
+    def encode(self, source: Tensor, *, source_mask: Tensor | None = None) -> Tensor:
         return torch.arange(source.shape[0], dtype=torch.float)[:, None, None]
 
-    def decode(self, target_input: Tensor, memory: Tensor, source_mask: Tensor | None = None) -> Tensor:
+    def decode(self, target_input: Tensor, memory: Tensor, *, source_mask: Tensor | None = None) -> Tensor:
         self.decode_calls += 1
         rows = memory[:, :, 0].expand(-1, target_input.shape[1])
         written = torch.full_like(rows, float(target_input.shape[1] - 1))
@@ -298,11 +301,13 @@ def test_greedy_decode_stops_when_every_row_has_ended() -> None:
 def test_greedy_decode_takes_the_argmax_of_the_full_model_at_every_step() -> None:
     model = tiny_model().eval()
     batch = make_batch(SOURCES, SOURCES)
-    decoded = greedy_decode(model, batch.source, batch.source_mask, max_new_tokens=6, end_id=None)
+    decoded = greedy_decode(model, batch.source, source_mask=batch.source_mask, max_new_tokens=6, end_id=None)
     prefix = torch.full((3, 1), START_ID)
     with torch.no_grad():
         for _ in range(6):
-            logits = model(batch.source, prefix, batch.source_mask, causal_mask(prefix.shape[1])[None])
+            logits = model(
+                batch.source, prefix, source_mask=batch.source_mask, target_mask=causal_mask(prefix.shape[1])[None]
+            )
             prefix = torch.cat([prefix, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
     assert decoded == prefix[:, 1:].tolist()
 
