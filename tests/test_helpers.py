@@ -249,3 +249,19 @@ def test_importing_the_package_and_its_models_loads_no_plotting() -> None:
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]", f"importing transformer_book's modules loaded {loaded}"
+
+
+def test_the_models_facade_names_the_chapters_own_objects() -> None:
+    # The façade re-exports, it does not redefine: each name is the object its chapter's module holds.
+    import importlib
+
+    from transformer_book import models
+
+    assert len(models.__all__) == len(set(models.__all__)) >= 40
+    for name in models.__all__:
+        obj = getattr(models, name)
+        home = getattr(obj, "__module__", None)
+        if home is not None and home.startswith("transformer_book."):
+            assert getattr(importlib.import_module(home), name) is obj, f"models.{name} is not {home}.{name}"
+    assert models.Transformer.__module__ == "transformer_book.full_model"
+    assert models.generate.__module__ == "transformer_book.decoding"

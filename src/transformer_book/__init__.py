@@ -6,6 +6,9 @@ the code there is exactly the code the chapter teaches, in cells tagged
 ``export``. Import from the chapter's module, for example::
 
     from transformer_book.scaled_dot_product import scaled_dot_product_attention
+
+or, for the classes and functions a program builds models with, from the hand-written façade
+:mod:`transformer_book.models`, which names each chapter's own object.
 """
 
 from transformer_book.helpers import (
