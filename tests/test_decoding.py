@@ -376,6 +376,19 @@ def test_decoders_leave_the_model_in_the_mode_they_found_it(name: str, training:
     assert all(module.training is training for module in model.modules())
 
 
+def test_the_incremental_decoder_runs_without_dropout_and_leaves_the_mode_alone() -> None:
+    # Once silent: IncrementalDecoder switched the model to eval mode and left it there, so the
+    # training that followed ran without dropout.
+    model = make_transformer(VOCAB, VOCAB, d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.5)
+    source, source_mask = padded_sources([5, 3])
+    tokens = torch.tensor([START_ID, START_ID])
+    expected = IncrementalDecoder(model.eval(), source, source_mask=source_mask).step(tokens)
+    decoder = IncrementalDecoder(model.train(), source, source_mask=source_mask)
+    assert model.training and all(module.training for module in model.modules())
+    torch.testing.assert_close(decoder.step(tokens), expected, atol=0.0, rtol=0.0)
+    assert model.training and all(module.training for module in model.modules())
+
+
 def test_decoders_decode_without_dropout_even_from_a_model_in_training_mode() -> None:
     model = make_transformer(VOCAB, VOCAB, d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.5)
     source, source_mask = padded_sources([5, 3])

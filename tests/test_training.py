@@ -13,10 +13,12 @@ from torch import Tensor, nn
 
 from transformer_book.batching import (
     END_ID,
+    PAD_ID,
     START_ID,
     Batch,
     make_batch,
 )
+from transformer_book.decoder_only import DecoderOnlyTransformer, LanguageModelBatch, random_windows
 from transformer_book.full_model import Transformer, make_transformer
 from transformer_book.label_smoothing import LabelSmoothingLoss
 from transformer_book.learning_rate import make_optimizer, transformer_learning_rate
@@ -372,3 +374,17 @@ def test_fused_attention_takes_the_fused_path_inside_and_restores_each_layer_aft
     except KeyboardInterrupt:
         pass
     assert [layer.keep_attention_weights for layer in encoder.layers] == [True, False], "restored after an error"
+
+
+def test_the_default_loss_skips_what_the_batch_pads_with_and_nothing_else() -> None:
+    # Once silent: the default loss skipped id 0 whatever the batch, so a language model never
+    # learned to predict token 0 unless the chapter remembered to pass ignore_index=-1.
+    stream = torch.zeros(200, dtype=torch.long)  # a stream of token 0 alone
+    generator = torch.Generator().manual_seed(0)
+    windows = [random_windows(stream, batch_size=2, context=8, generator=generator) for _ in range(2)]
+    torch.manual_seed(0)
+    model = DecoderOnlyTransformer(VOCAB, d_model=16, num_heads=2, num_layers=1, d_ff=32, max_len=8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    history = train(model, windows, steps=2, optimizer=optimizer)
+    assert all(math.isfinite(loss) and loss > 0 for loss in history.losses)  # token 0 is counted
+    assert LanguageModelBatch.ignore_index not in range(VOCAB) and Batch.ignore_index == PAD_ID
