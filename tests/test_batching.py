@@ -11,6 +11,7 @@ from transformer_book.batching import (
     END_ID,
     PAD_ID,
     START_ID,
+    LabelledBatch,
     make_batch,
     pad_sequences,
     random_copy_sequence,
@@ -92,3 +93,10 @@ def test_random_copy_sequence_draws_copy_symbols_of_the_asked_lengths() -> None:
     assert {len(sequence) for sequence in sequences} == {2, 3, 4}
     assert {token for sequence in sequences for token in sequence} == set(COPY_SYMBOLS)
     assert COPY_VOCAB_SIZE == 13 and min(COPY_SYMBOLS) == END_ID + 1
+
+
+def test_labelled_batch_passes_its_inputs_by_name_and_counts_its_targets() -> None:
+    images, labels = torch.zeros(5, 1, 8, 8), torch.tensor([3, 1, 4, 1, 5])
+    batch = LabelledBatch({"images": images}, labels)
+    assert batch.model_inputs() == {"images": images} and batch.target_output is labels
+    assert batch.num_target_tokens == 5 and LabelledBatch.ignore_index == -100

@@ -14,7 +14,6 @@ from transformer_book.decoder_only import (
     KneserNey,
     LanguageModelBatch,
     bigram_probabilities,
-    continue_text,
     language_model_batches,
     load_torch_decoder_only_layer,
     loss_by_position,
@@ -23,7 +22,8 @@ from transformer_book.decoder_only import (
     validation_loss,
     warmup_cosine,
 )
-from transformer_book.decoding import IncrementalDecoder
+from transformer_book.decoding import IncrementalDecoder, generate
+from transformer_book.full_model import make_transformer
 from transformer_book.label_smoothing import LabelSmoothingLoss
 from transformer_book.training import train
 
@@ -177,15 +177,24 @@ def test_warmup_cosine_rises_peaks_and_ends_at_the_floor() -> None:
     assert warmup_cosine(100, warmup=10, total=100) == pytest.approx(0.1)
 
 
-def test_continue_text_with_the_cache_equals_greedy_recomputation() -> None:
+def test_generate_continues_a_prompt_as_greedy_recomputation_does() -> None:
     model = small_model()
     prompt = torch.tensor([[4, 9, 2], [7, 7, 1]])
-    cached = continue_text(model, prompt, max_new_tokens=6, choose=lambda logits: logits.argmax(dim=-1))
+    cached = generate(
+        model, None, prompt=prompt, max_new_tokens=6, choose=lambda logits: logits.argmax(dim=-1), end_id=None
+    )
     sequence = prompt
     with torch.no_grad():
         for _ in range(6):
             sequence = torch.cat([sequence, model(sequence)[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
-    assert torch.equal(cached, sequence[:, 3:])
+    assert cached == sequence[:, 3:].tolist()
+    # With an end id, each row is cut before its first end token, as for an encoder-decoder.
+    end = sequence[0, 4].item()
+    cut = generate(
+        model, None, prompt=prompt, max_new_tokens=6, choose=lambda logits: logits.argmax(dim=-1), end_id=end
+    )
+    expected = [row[: row.index(end)] if end in row else row for row in sequence[:, 3:].tolist()]
+    assert cut == expected and len(cut[0]) < 6
 
 
 def test_the_cached_steps_give_the_full_pass_logits() -> None:
@@ -197,23 +206,36 @@ def test_the_cached_steps_give_the_full_pass_logits() -> None:
         assert (stepwise - model(tokens)).abs().max() < 1e-5
 
 
-def test_continue_text_leaves_the_model_in_training_mode() -> None:
+def test_generate_leaves_a_decoder_only_model_in_training_mode() -> None:
     model = small_model().train()
-    continue_text(model, torch.tensor([[1]]), max_new_tokens=2, choose=lambda logits: logits.argmax(dim=-1))
+    generate(model, None, prompt=torch.tensor([[1]]), max_new_tokens=2, choose=lambda logits: logits.argmax(dim=-1))
     assert model.training
 
 
-def test_continue_text_refuses_bad_prompts_and_lengths() -> None:
+def test_generate_refuses_bad_prompts_and_lengths() -> None:
     model = small_model()
     greedy = lambda logits: logits.argmax(dim=-1)  # noqa: E731
-    with pytest.raises(ValueError, match="prompt"):
-        continue_text(model, torch.tensor([1, 2]), max_new_tokens=2, choose=greedy)
-    with pytest.raises(ValueError, match="positions"):
-        continue_text(model, torch.tensor([[1, 2]]), max_new_tokens=MAX_LEN, choose=greedy)
+    with pytest.raises(ValueError, match="prompt must have shape"):
+        generate(model, None, prompt=torch.tensor([1, 2]), max_new_tokens=2, choose=greedy)
+    with pytest.raises(ValueError, match="give a prompt to continue"):
+        generate(model, None, max_new_tokens=2, choose=greedy)
+    with pytest.raises(ValueError, match=f"needs {MAX_LEN + 1} positions, more than the model's {MAX_LEN}"):
+        generate(model, None, prompt=torch.tensor([[1, 2]]), max_new_tokens=MAX_LEN, choose=greedy)
     with pytest.raises(ValueError, match="max_new_tokens"):
-        continue_text(model, torch.tensor([[1, 2]]), max_new_tokens=0, choose=greedy)
+        generate(model, None, prompt=torch.tensor([[1, 2]]), max_new_tokens=0, choose=greedy)
+    with pytest.raises(ValueError, match="cross-attention: give the source"):  # an encoder-decoder needs one
+        generate(
+            make_transformer(VOCAB, VOCAB, d_model=16, num_heads=2, num_layers=1, d_ff=32),
+            None,
+            prompt=torch.tensor([[1, 2]]),
+            max_new_tokens=2,
+            choose=greedy,
+        )
     # The longest continuation that fits: prompt + new tokens - 1 positions are fed to the model.
-    assert continue_text(model, torch.tensor([[1, 2]]), max_new_tokens=MAX_LEN - 1, choose=greedy).shape == (1, 11)
+    longest = generate(
+        model, None, prompt=torch.tensor([[1, 2]]), max_new_tokens=MAX_LEN - 1, choose=greedy, end_id=None
+    )
+    assert len(longest[0]) == MAX_LEN - 1
 
 
 def test_language_model_batch_feeds_the_model_its_inputs_only() -> None:

@@ -224,7 +224,7 @@ def test_beam_of_one_without_penalty_is_greedy_decoding(norm_first: bool) -> Non
     for seed in range(6):
         source, _ = padded_sources([3 + seed % 4], seed=seed)
         expected = greedy_decode(model, source, max_new_tokens=8)[0]
-        assert beam_search(model, source, max_new_tokens=8, beam_size=1, alpha=0.0) == expected
+        assert beam_search(model, source, max_new_tokens=8, beam_size=1, alpha=0.0) == [expected]
 
 
 def exhaustive_best(
@@ -258,7 +258,7 @@ def test_a_wide_beam_finds_the_exhaustive_best(seed: int) -> None:
     best = {alpha: exhaustive_best(model, source, vocab, max_new_tokens, alpha) for alpha in [0.0, 0.6, 2.0]}
     assert len(best[0.0]) != len(best[2.0])
     for alpha, expected in best.items():
-        assert beam_search(model, source, max_new_tokens=max_new_tokens, beam_size=1000, alpha=alpha) == expected
+        assert beam_search(model, source, max_new_tokens=max_new_tokens, beam_size=1000, alpha=alpha) == [expected]
 
 
 def test_beam_search_returns_the_most_probable_prefix_when_nothing_ends() -> None:
@@ -273,7 +273,7 @@ def test_beam_search_returns_the_most_probable_prefix_when_nothing_ends() -> Non
         log_probs = torch.log_softmax(logits, dim=-1)
     sums = log_probs.gather(-1, batch.target_output.unsqueeze(-1)).squeeze(-1)[:, :max_new_tokens].sum(-1)
     output = beam_search(model, source, max_new_tokens=max_new_tokens, beam_size=1000, end_id=vocab + 1)
-    assert output == outputs[int(sums.argmax())]
+    assert output == [outputs[int(sums.argmax())]]
 
 
 # --- sampling -----------------------------------------------------------------------------------
@@ -361,7 +361,7 @@ DECODERS = {
         model, source, source_mask=mask, max_new_tokens=4
     ),
     "sample_decode": lambda model, source, mask: sample_decode(model, source, source_mask=mask, max_new_tokens=4),
-    "beam_search": lambda model, source, mask: beam_search(model, source[:1], source_mask=mask[:1], max_new_tokens=4),
+    "beam_search": lambda model, source, mask: beam_search(model, source, source_mask=mask, max_new_tokens=4),
 }
 
 
@@ -420,9 +420,18 @@ def test_beam_search_rejects_a_beam_size_below_one(beam_size) -> None:
         beam_search(tiny_model(), ONE, max_new_tokens=5, beam_size=beam_size)
 
 
-def test_beam_search_rejects_a_batch_and_a_negative_alpha() -> None:
-    with pytest.raises(ValueError, match="beam_search decodes one sentence at a time, got a batch of 2"):
-        beam_search(tiny_model(), ONE.repeat(2, 1), max_new_tokens=5)
+def test_beam_search_searches_each_row_of_a_batch_on_its_own() -> None:
+    model = tiny_model()
+    source, source_mask = padded_sources([6, 3, 5])
+    one_by_one = [
+        beam_search(model, source[row : row + 1], source_mask=source_mask[row : row + 1], max_new_tokens=6)[0]
+        for row in range(3)
+    ]
+    assert beam_search(model, source, source_mask=source_mask, max_new_tokens=6) == one_by_one
+    assert beam_search(model, source, max_new_tokens=6) == one_by_one  # the padding mask built from pad_id
+
+
+def test_beam_search_rejects_a_negative_alpha() -> None:
     with pytest.raises(ValueError, match="alpha must be a non-negative number"):
         beam_search(tiny_model(), ONE, max_new_tokens=5, alpha=-0.1)
     # NaN was once accepted silently (NaN < 0 is False), although a NaN temperature was refused.

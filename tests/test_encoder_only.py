@@ -11,6 +11,7 @@ from transformer_book.encoder_only import (
     IGNORE_INDEX,
     EncoderClassifier,
     EncoderOnlyModel,
+    MaskedLanguageModel,
     MaskedLanguageModelHead,
     mask_tokens,
 )
@@ -145,6 +146,24 @@ def test_head_is_tied_to_the_embedding() -> None:
     assert sum(p.numel() for p in shared.parameters()) == sum(p.numel() for p in model.parameters()) + sum(
         p.numel() for n, p in head.named_parameters() if not n.startswith("embedding.")
     )
+
+
+def test_masked_language_model_scores_the_chosen_positions_as_the_whole_output_does() -> None:
+    torch.manual_seed(0)
+    model = EncoderOnlyModel(VOCAB, d_model=16, num_heads=2, d_ff=32, dropout=0.0)
+    mlm = MaskedLanguageModel(model, MaskedLanguageModelHead(model.token_embedding)).eval()
+    tokens = ordinary_tokens(3, 6)
+    corrupted, labels = masked(tokens, mask_probability=0.5)
+    chosen = labels != IGNORE_INDEX
+    assert chosen.any()
+    everywhere = mlm(corrupted)
+    assert everywhere.shape == (3, 6, VOCAB)
+    torch.testing.assert_close(mlm(corrupted, chosen=chosen), everywhere[chosen])
+    own = [name for name, _ in mlm.named_parameters()]  # the tied matrix once, the encoder's first
+    assert own[0].startswith("encoder.") and not any(name.startswith("head.embedding") for name in own)
+    for bad in [chosen.long(), chosen[:, :5]]:
+        with pytest.raises(ValueError, match="chosen must be a bool tensor of the tokens' shape"):
+            mlm(corrupted, chosen=bad)
 
 
 @pytest.mark.parametrize("pooling", ["cls", "mean"])

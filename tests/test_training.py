@@ -16,6 +16,7 @@ from transformer_book.batching import (
     PAD_ID,
     START_ID,
     Batch,
+    LabelledBatch,
     make_batch,
 )
 from transformer_book.decoder_only import DecoderOnlyTransformer, LanguageModelBatch, random_windows
@@ -93,6 +94,32 @@ def test_train_raises_when_the_batches_run_out_and_for_bad_steps() -> None:
     for steps in [0, -1, 2.5, True]:
         with pytest.raises(ValueError, match=f"steps must be a positive integer, got steps={steps!r}"):
             train(model, copy_batches(), steps=steps, optimizer=optimizer)  # type: ignore[arg-type]
+
+
+def test_the_callback_runs_after_every_step_with_the_history_so_far() -> None:
+    model = tiny_model()
+    optimizer, _ = make_optimizer(model, d_model=16, warmup=10)
+    seen: list[tuple[int, int, bool]] = []
+
+    def callback(step: int, history: TrainingHistory) -> None:
+        seen.append((step, len(history.losses), model.training))
+        model.eval()  # an evaluation that forgets to switch back must not turn dropout off for good
+
+    train(model, copy_batches(), steps=4, optimizer=optimizer, callback=callback)
+    assert seen == [(1, 1, True), (2, 2, True), (3, 3, True), (4, 4, True)]
+
+
+def test_train_takes_any_model_through_a_labelled_batch(capsys: pytest.CaptureFixture[str]) -> None:
+    torch.manual_seed(0)
+    classifier = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3))
+    inputs = torch.randn(48, 4)
+    labels = inputs[:, :3].argmax(dim=1)  # learnable: which of the first three features is largest
+    batches = [LabelledBatch({"input": inputs}, labels)] * 150
+    optimizer = torch.optim.Adam(classifier.parameters(), lr=1e-2)
+    history = train(classifier, batches, steps=150, optimizer=optimizer, loss_function=nn.CrossEntropyLoss(), desc=None)
+    assert history.target_tokens == 150 * 48  # one target per example
+    assert history.losses[-1] < 0.3 * history.losses[0]
+    assert capsys.readouterr().out == ""  # desc=None: no bar
 
 
 def test_tokens_per_second_is_zero_before_any_time_has_passed() -> None:

@@ -262,8 +262,8 @@ def _sweep_log() -> str | None:
     return log
 
 
-def progress(iterable: Iterable[T], *, desc: str, total: int | None = None) -> tqdm[T]:
-    """A progress bar for a training loop, fitted to where the chapter runs.
+def progress(iterable: Iterable[T], *, desc: str, total: int | None = None, disable: bool = False) -> tqdm[T]:
+    """A progress bar for a training loop, fitted to where the chapter runs (none with ``disable``).
 
     - In Jupyter or Colab with ipywidgets: tqdm's live notebook bar.
     - In a terminal: tqdm's live text bar.
@@ -275,6 +275,8 @@ def progress(iterable: Iterable[T], *, desc: str, total: int | None = None) -> t
     """
     from tqdm import tqdm
 
+    if disable:  # a bar that draws nothing, so the loop's code stays the same
+        return tqdm(iterable, desc=desc, total=total, disable=True)
     in_notebook = "ipykernel" in sys.modules
     if in_notebook and importlib.util.find_spec("ipywidgets") is not None:
         from tqdm.notebook import tqdm as notebook_tqdm

@@ -10,13 +10,18 @@ Nothing here is new code: every name is the chapter's own object, so ``models.Tr
 full_model.Transformer``. It imports no plotting.
 """
 
-from transformer_book.batching import END_ID, PAD_ID, START_ID, Batch, make_batch, pad_sequences
+from transformer_book.batching import END_ID, PAD_ID, START_ID, Batch, LabelledBatch, make_batch, pad_sequences
 from transformer_book.block_anatomy import LayerNorm, PositionwiseFeedForward, SublayerConnection
 from transformer_book.decoder import Decoder, DecoderLayer, shift_right
 from transformer_book.decoder_only import DecoderOnlyTransformer, KneserNey, LanguageModelBatch
 from transformer_book.decoding import IncrementalDecoder, beam_search, cached_greedy_decode, generate, sample_decode
 from transformer_book.encoder import Encoder, EncoderLayer
-from transformer_book.encoder_only import EncoderClassifier, EncoderOnlyModel, MaskedLanguageModelHead
+from transformer_book.encoder_only import (
+    EncoderClassifier,
+    EncoderOnlyModel,
+    MaskedLanguageModel,
+    MaskedLanguageModelHead,
+)
 from transformer_book.full_model import (
     BASE_CONFIG,
     BIG_CONFIG,
@@ -53,8 +58,10 @@ __all__ = [
     "IncrementalDecoder",
     "KneserNey",
     "LabelSmoothingLoss",
+    "LabelledBatch",
     "LanguageModelBatch",
     "LayerNorm",
+    "MaskedLanguageModel",
     "MaskedLanguageModelHead",
     "MultiHeadAttention",
     "PatchEmbedding",
