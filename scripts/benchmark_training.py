@@ -25,7 +25,7 @@ from transformer_book import device, seed_everything
 from transformer_book.batching import Batch, make_batch
 from transformer_book.decoder import DecoderLayer
 from transformer_book.encoder import EncoderLayer
-from transformer_book.full_model import TokenEmbedding, make_transformer
+from transformer_book.full_model import TokenEmbedding, TransformerConfig, make_transformer
 from transformer_book.label_smoothing import LabelSmoothingLoss
 from transformer_book.positional_encoding import PositionalEncoding
 
@@ -128,7 +128,7 @@ def main() -> None:
         "d_ff": args.d_ff,
         "dropout": args.dropout,
     }
-    book_model = make_transformer(args.vocab, args.vocab, **config).to(on)
+    book_model = make_transformer(args.vocab, args.vocab, TransformerConfig(**config)).to(on)
     torch_model = TorchTransformer(args.vocab, **config).to(on)
     generator = torch.Generator().manual_seed(0)
     batches = [

@@ -23,7 +23,7 @@ from transformer_book.decoder_only import (
     warmup_cosine,
 )
 from transformer_book.decoding import IncrementalDecoder, generate
-from transformer_book.full_model import make_transformer
+from transformer_book.full_model import TransformerConfig, make_transformer
 from transformer_book.label_smoothing import LabelSmoothingLoss
 from transformer_book.training import train
 
@@ -225,7 +225,9 @@ def test_generate_refuses_bad_prompts_and_lengths() -> None:
         generate(model, None, prompt=torch.tensor([[1, 2]]), max_new_tokens=0, choose=greedy)
     with pytest.raises(ValueError, match="cross-attention: give the source"):  # an encoder-decoder needs one
         generate(
-            make_transformer(VOCAB, VOCAB, d_model=16, num_heads=2, num_layers=1, d_ff=32),
+            make_transformer(
+                VOCAB, VOCAB, TransformerConfig(d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.1)
+            ),
             None,
             prompt=torch.tensor([[1, 2]]),
             max_new_tokens=2,

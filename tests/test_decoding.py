@@ -24,7 +24,7 @@ from transformer_book.decoding import (
     sample_decode,
     sample_token,
 )
-from transformer_book.full_model import Transformer, make_transformer
+from transformer_book.full_model import Transformer, TransformerConfig, make_transformer
 from transformer_book.scaled_dot_product import padding_mask
 
 VOCAB = 11
@@ -35,11 +35,7 @@ def tiny_model(norm_first: bool = False, vocab: int = VOCAB, seed: int = 0, max_
     model = make_transformer(
         vocab,
         vocab,
-        d_model=16,
-        num_heads=2,
-        num_layers=2,
-        d_ff=32,
-        dropout=0.0,
+        TransformerConfig(d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.0),
         norm_first=norm_first,
         max_len=max_len,
     )
@@ -368,7 +364,9 @@ DECODERS = {
 @pytest.mark.parametrize("training", [True, False], ids=["training", "eval"])
 @pytest.mark.parametrize("name", DECODERS)
 def test_decoders_leave_the_model_in_the_mode_they_found_it(name: str, training: bool) -> None:
-    model = make_transformer(VOCAB, VOCAB, d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.5)
+    model = make_transformer(
+        VOCAB, VOCAB, TransformerConfig(d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.5)
+    )
     model.train(training)
     source, source_mask = padded_sources([5, 3])
     DECODERS[name](model, source, source_mask)
@@ -379,7 +377,9 @@ def test_decoders_leave_the_model_in_the_mode_they_found_it(name: str, training:
 def test_the_incremental_decoder_runs_without_dropout_and_leaves_the_mode_alone() -> None:
     # Once silent: IncrementalDecoder switched the model to eval mode and left it there, so the
     # training that followed ran without dropout.
-    model = make_transformer(VOCAB, VOCAB, d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.5)
+    model = make_transformer(
+        VOCAB, VOCAB, TransformerConfig(d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.5)
+    )
     source, source_mask = padded_sources([5, 3])
     tokens = torch.tensor([START_ID, START_ID])
     expected = IncrementalDecoder(model.eval(), source, source_mask=source_mask).step(tokens)
@@ -390,7 +390,9 @@ def test_the_incremental_decoder_runs_without_dropout_and_leaves_the_mode_alone(
 
 
 def test_decoders_decode_without_dropout_even_from_a_model_in_training_mode() -> None:
-    model = make_transformer(VOCAB, VOCAB, d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.5)
+    model = make_transformer(
+        VOCAB, VOCAB, TransformerConfig(d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.5)
+    )
     source, source_mask = padded_sources([5, 3])
     expected = greedy_decode(model.eval(), source, source_mask=source_mask, max_new_tokens=6, end_id=None)
     model.train()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -13,9 +14,11 @@ from transformer_book.decoder import Decoder
 from transformer_book.full_model import (
     BASE_CONFIG,
     BIG_CONFIG,
+    SMALL_CONFIG,
     Generator,
     TokenEmbedding,
     Transformer,
+    TransformerConfig,
     load_torch_transformer,
     make_transformer,
 )
@@ -23,14 +26,15 @@ from transformer_book.positional_encoding import PositionalEncoding
 from transformer_book.scaled_dot_product import causal_mask, padding_mask
 
 VOCAB, D_MODEL, HEADS, LAYERS, D_FF = 50, 16, 4, 2, 32
-SMALL = {"d_model": D_MODEL, "num_heads": HEADS, "num_layers": LAYERS, "d_ff": D_FF}
+SMALL = TransformerConfig(d_model=D_MODEL, num_heads=HEADS, num_layers=LAYERS, d_ff=D_FF, dropout=0.0)
 BATCH, N, M = 3, 7, 5
 SOURCE_LENGTHS = [7, 4, 2]
 
 
-def small_model(**overrides) -> Transformer:
+def small_model(**options) -> Transformer:
+    """The SMALL model in eval mode; options (tie_weights, norm_first, pad_id) go to make_transformer."""
     torch.manual_seed(0)
-    return make_transformer(VOCAB, VOCAB, **{**SMALL, "dropout": 0.0, **overrides}).eval()
+    return make_transformer(VOCAB, VOCAB, SMALL, **options).eval()
 
 
 def batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -54,14 +58,14 @@ def batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 )
 def test_parameter_counts_of_the_paper_configurations(config, tie_weights, expected):
     with torch.device("meta"):
-        model = make_transformer(37_000, 37_000, **config, tie_weights=tie_weights)
+        model = make_transformer(37_000, 37_000, config, tie_weights=tie_weights)
     assert count_parameters(model) == expected
 
 
 def test_pre_ln_adds_exactly_the_two_final_layer_norms():
     with torch.device("meta"):
-        post = make_transformer(37_000, 37_000, **BASE_CONFIG)
-        pre = make_transformer(37_000, 37_000, **BASE_CONFIG, norm_first=True)
+        post = make_transformer(37_000, 37_000)  # the default is the base model
+        pre = make_transformer(37_000, 37_000, BASE_CONFIG, norm_first=True)
     assert count_parameters(pre) - count_parameters(post) == 2 * 2 * 512
 
 
@@ -146,7 +150,7 @@ def test_shapes_of_encode_decode_and_forward():
 
 def test_separate_vocabularies_give_the_target_vocabulary_size():
     torch.manual_seed(0)
-    model = make_transformer(30, 40, **SMALL, tie_weights=False).eval()
+    model = make_transformer(30, 40, SMALL, tie_weights=False).eval()
     logits = model(torch.randint(0, 30, (2, 6)), torch.randint(0, 40, (2, 4)))
     assert logits.shape == (2, 4, 40)
 
@@ -312,22 +316,33 @@ def test_generator_vocabulary_must_match_the_target_vocabulary():
     [
         ({"dropout": -0.1}, r"dropout must be a probability in \[0, 1\), got dropout=-0.1"),
         ({"dropout": 1.0}, r"dropout must be a probability in \[0, 1\)"),
-        ({"activation": "tanh"}, "unknown activation 'tanh'; choose one of 'relu', 'gelu'"),
         ({"num_layers": 0}, "num_layers must be a positive integer"),
         ({"d_ff": 2.5}, "d_ff must be a positive integer"),
         ({"num_heads": 3}, "not divisible"),
+        ({"d_model": True}, "d_model must be a positive integer"),
     ],
 )
 def test_configuration_errors(overrides, message):
-    with pytest.raises(ValueError, match=message):
-        make_transformer(VOCAB, VOCAB, **{**SMALL, **overrides})
+    with pytest.raises(ValueError, match=message):  # when the config is made, before any model
+        dataclasses.replace(SMALL, **overrides)
+    with pytest.raises(ValueError, match="unknown activation 'tanh'; choose one of 'relu', 'gelu'"):
+        make_transformer(VOCAB, VOCAB, SMALL, activation="tanh")
+
+
+def test_the_presets_are_the_papers_and_cannot_be_changed_by_accident():
+    assert (BASE_CONFIG.num_layers, BASE_CONFIG.d_model, BASE_CONFIG.d_ff, BASE_CONFIG.num_heads) == (6, 512, 2048, 8)
+    assert (BIG_CONFIG.d_model, BIG_CONFIG.d_ff, BIG_CONFIG.num_heads, BIG_CONFIG.dropout) == (1024, 4096, 16, 0.3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        BASE_CONFIG.dropout = 0.0  # type: ignore[misc]
+    assert dataclasses.replace(BASE_CONFIG, dropout=0.0).dropout == 0.0 and BASE_CONFIG.dropout == 0.1
+    assert make_transformer(VOCAB, VOCAB, SMALL_CONFIG).source_embedding.d_model == SMALL_CONFIG.d_model == 64
 
 
 def test_tie_weights_needs_one_vocabulary():
     with pytest.raises(
         ValueError, match="tie_weights needs one shared vocabulary, got source_vocab_size=30 and target_vocab_size=40"
     ):
-        make_transformer(30, 40, **SMALL)
+        make_transformer(30, 40, SMALL)
 
 
 @pytest.mark.parametrize("vocab_size", [0, -5, 2.0])
@@ -355,7 +370,9 @@ def test_token_id_errors(tokens, message):
 
 def test_initial_loss_is_near_uniform_guessing():
     torch.manual_seed(0)
-    model = make_transformer(1000, 1000, d_model=64, num_heads=4, num_layers=2, d_ff=256, dropout=0.0).eval()
+    model = make_transformer(
+        1000, 1000, TransformerConfig(d_model=64, num_heads=4, num_layers=2, d_ff=256, dropout=0.0)
+    ).eval()
     source = torch.randint(0, 1000, (8, 10))
     targets = torch.randint(0, 1000, (8, 9))
     target_input = torch.cat([torch.ones(8, 1, dtype=torch.long), targets[:, :-1]], dim=1)

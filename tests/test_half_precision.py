@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from transformer_book.decoding import IncrementalDecoder
-from transformer_book.full_model import make_transformer
+from transformer_book.full_model import TransformerConfig, make_transformer
 from transformer_book.positional_encoding import PositionalEncoding
 from transformer_book.scaled_dot_product import causal_mask, padding_mask, scaled_dot_product_attention
 
@@ -41,7 +41,9 @@ def test_positional_table_follows_the_models_dtype(dtype: torch.dtype) -> None:
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_transformer_in_half_precision_is_finite_and_close_to_float32(dtype: torch.dtype) -> None:
     torch.manual_seed(0)
-    model = make_transformer(VOCAB, VOCAB, d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0).eval()
+    model = make_transformer(
+        VOCAB, VOCAB, TransformerConfig(d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0)
+    ).eval()
     source = torch.randint(3, VOCAB, (2, 7))
     target = torch.randint(3, VOCAB, (2, 5))
     source_mask = padding_mask(torch.tensor([7, 4]), 7)
@@ -57,7 +59,11 @@ def test_transformer_in_half_precision_is_finite_and_close_to_float32(dtype: tor
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_cached_step_equals_the_full_decoder_in_half_precision(dtype: torch.dtype) -> None:
     torch.manual_seed(0)
-    model = make_transformer(VOCAB, VOCAB, d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0).eval().to(dtype)
+    model = (
+        make_transformer(VOCAB, VOCAB, TransformerConfig(d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0))
+        .eval()
+        .to(dtype)
+    )
     source = torch.randint(3, VOCAB, (2, 6))
     prefix = torch.randint(3, VOCAB, (2, 4))
     with torch.no_grad():

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from transformer_book.full_model import make_transformer
+from transformer_book.full_model import TransformerConfig, make_transformer
 from transformer_book.precision_and_memory import DynamicLossScaler, model_state_bytes
 
 
@@ -60,7 +60,7 @@ def test_scaler_refuses_bad_settings(settings: dict[str, float]) -> None:
 
 
 def test_model_state_counts_tied_weights_once_and_four_bytes_each() -> None:
-    model = make_transformer(50, 50, d_model=16, num_heads=2, num_layers=1, d_ff=32)
+    model = make_transformer(50, 50, TransformerConfig(d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.1))
     parameters = sum(p.numel() for p in model.parameters())
     state = model_state_bytes(model)
     assert state == {"weights": 4 * parameters, "gradients": 4 * parameters, "optimizer state": 8 * parameters}

@@ -20,7 +20,7 @@ from transformer_book.batching import (
     make_batch,
 )
 from transformer_book.decoder_only import DecoderOnlyTransformer, LanguageModelBatch, random_windows
-from transformer_book.full_model import Transformer, make_transformer
+from transformer_book.full_model import Transformer, TransformerConfig, make_transformer
 from transformer_book.label_smoothing import LabelSmoothingLoss
 from transformer_book.learning_rate import make_optimizer, transformer_learning_rate
 from transformer_book.scaled_dot_product import causal_mask
@@ -44,7 +44,9 @@ SOURCES = [[3, 4, 5, 6], [7, 8], [5]]
 
 def tiny_model(seed: int = 0) -> Transformer:
     torch.manual_seed(seed)
-    return make_transformer(VOCAB, VOCAB, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0)
+    return make_transformer(
+        VOCAB, VOCAB, TransformerConfig(d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0)
+    )
 
 
 def copy_batches(seed: int = 0, batch_size: int = 16) -> Iterator[Batch]:
@@ -278,7 +280,9 @@ def test_load_checkpoint_refuses_a_file_save_checkpoint_did_not_write(tmp_path: 
 
 def test_load_checkpoint_into_a_model_of_another_size_names_the_mismatch(tmp_path: Path) -> None:
     save_checkpoint(tmp_path / "small.pt", tiny_model())
-    wider = make_transformer(VOCAB, VOCAB, d_model=32, num_heads=2, num_layers=1, d_ff=64, dropout=0.0)
+    wider = make_transformer(
+        VOCAB, VOCAB, TransformerConfig(d_model=32, num_heads=2, num_layers=1, d_ff=64, dropout=0.0)
+    )
     with pytest.raises(RuntimeError, match="size mismatch"):
         load_checkpoint(tmp_path / "small.pt", wider)
 

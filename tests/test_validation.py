@@ -12,7 +12,7 @@ from torch import nn
 
 from transformer_book.block_anatomy import PositionwiseFeedForward, SublayerConnection
 from transformer_book.encoder import EncoderLayer
-from transformer_book.full_model import make_transformer
+from transformer_book.full_model import TransformerConfig, make_transformer
 from transformer_book.learning_rate import transformer_learning_rate
 from transformer_book.multi_head_attention import MultiHeadAttention
 from transformer_book.positional_encoding import PositionalEncoding
@@ -62,7 +62,9 @@ BUILDERS = {
     "PositionwiseFeedForward": lambda size: PositionwiseFeedForward(8, size),
     "EncoderLayer": lambda size: EncoderLayer(8, 2, size),
     "PositionalEncoding": lambda size: PositionalEncoding(8, size),
-    "make_transformer": lambda size: make_transformer(10, 10, d_model=8, num_heads=2, num_layers=size, d_ff=16),
+    "make_transformer": lambda size: make_transformer(
+        10, 10, TransformerConfig(d_model=8, num_heads=2, num_layers=size, d_ff=16, dropout=0.1)
+    ),
     "transformer_learning_rate": lambda size: transformer_learning_rate(size, d_model=8, warmup=4),
 }
 

@@ -25,9 +25,11 @@ from transformer_book.encoder_only import (
 from transformer_book.full_model import (
     BASE_CONFIG,
     BIG_CONFIG,
+    SMALL_CONFIG,
     Generator,
     TokenEmbedding,
     Transformer,
+    TransformerConfig,
     make_transformer,
 )
 from transformer_book.label_smoothing import LabelSmoothingLoss
@@ -42,6 +44,7 @@ from transformer_book.vision_transformer import PatchEmbedding, VisionTransforme
 __all__ = [
     "BASE_CONFIG",
     "BIG_CONFIG",
+    "SMALL_CONFIG",
     "END_ID",
     "PAD_ID",
     "START_ID",
@@ -70,6 +73,7 @@ __all__ = [
     "SublayerConnection",
     "TokenEmbedding",
     "Transformer",
+    "TransformerConfig",
     "VisionTransformer",
     "beam_search",
     "cached_greedy_decode",
