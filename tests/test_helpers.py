@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 import transformer_book
-from transformer_book import helpers
+from transformer_book import helpers, seconds_per_call
 
 
 @pytest.mark.parametrize(
@@ -265,3 +266,12 @@ def test_the_models_facade_names_the_chapters_own_objects() -> None:
             assert getattr(importlib.import_module(home), name) is obj, f"models.{name} is not {home}.{name}"
     assert models.Transformer.__module__ == "transformer_book.full_model"
     assert models.generate.__module__ == "transformer_book.decoding"
+
+
+def test_seconds_per_call_times_the_calls_after_two_warm_ups() -> None:
+    calls: list[None] = []
+    seconds = seconds_per_call(lambda: calls.append(time.sleep(0.01)), calls=3)
+    assert len(calls) == 2 + 3
+    assert seconds >= 0.01  # a lower bound only: sleeping can take longer, never less
+    with pytest.raises(ValueError, match="calls must be a positive integer, got calls=0"):
+        seconds_per_call(lambda: None, calls=0)

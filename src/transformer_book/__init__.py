@@ -22,6 +22,7 @@ from transformer_book.helpers import (
     on_accelerator,
     plot_heatmap,
     progress,
+    seconds_per_call,
     seed_everything,
     use_book_style,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "on_accelerator",
     "plot_heatmap",
     "progress",
+    "seconds_per_call",
     "seed_everything",
     "use_book_style",
 ]

@@ -18,7 +18,7 @@ import platform
 import random
 import sys
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -153,6 +153,22 @@ def seed_everything(seed: int = 0) -> None:
 
 class ClaimFailed(AssertionError):
     """A claim the text makes about a computed result does not hold in this run."""
+
+
+def seconds_per_call(run: Callable[[], object], *, calls: int = 3) -> float:
+    """The mean wall-clock seconds of ``calls`` calls of ``run()``, after two warm-up calls.
+
+    ``torch.utils.benchmark.Timer`` times them: it waits for the GPU (or MPS) to finish before
+    reading the clock, so the time is the work's and not the launch's. It runs them on the threads
+    PyTorch is set to use (``torch.get_num_threads()``), like the rest of the chapter's code.
+    """
+    from torch.utils.benchmark import Timer  # imported on first use: only a few chapters time code
+
+    calls = int(calls)
+    if calls < 1:
+        raise ValueError(f"calls must be a positive integer, got calls={calls}")
+    timer = Timer(stmt="run()", globals={"run": run}, num_threads=torch.get_num_threads())
+    return float(timer.timeit(calls).mean)
 
 
 def describe_run() -> str:
