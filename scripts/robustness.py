@@ -257,7 +257,7 @@ def machine(device: str = "cpu") -> str:
     """Where a run ran: processor (and GPU), cores, PyTorch and Python."""
     import torch
 
-    from transformer_book.helpers import processor_name
+    from transformer_book.runtime import processor_name
 
     gpu = f"{torch.cuda.get_device_name()} on " if device == "cuda" else ""
     return (

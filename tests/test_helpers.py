@@ -1,4 +1,4 @@
-"""The hand-written helpers: device choice, seeding, figure style and glue."""
+"""The hand-written modules: helpers (device choice, parameter count, timer) and runtime (seeding, claims, figure style, glue)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import transformer_book
-from transformer_book import helpers, seconds_per_call
+from transformer_book import helpers, runtime, seconds_per_call
 
 
 @pytest.mark.parametrize(
@@ -52,9 +52,9 @@ def test_the_mps_check_fails_with_a_message_where_mps_cannot_run() -> None:
 
 def test_by_device_picks_the_cpu_setting_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(helpers, "device", lambda: torch.device("cpu"))
-    assert helpers.by_device(cpu=1, accelerator=2) == 1
+    assert runtime.by_device(cpu=1, accelerator=2) == 1
     monkeypatch.setattr(helpers, "device", lambda: torch.device("cuda"))
-    assert helpers.by_device(cpu=1, accelerator=2) == 2
+    assert runtime.by_device(cpu=1, accelerator=2) == 2
 
 
 def test_seed_everything_makes_torch_and_numpy_repeatable() -> None:
@@ -73,14 +73,14 @@ def test_book_style_sets_an_opaque_background_and_uniform_colour_map() -> None:
 
 
 def test_glue_turns_one_number_tensors_and_numpy_scalars_into_python_numbers() -> None:
-    assert helpers._plain("x", torch.tensor(2.5)) == 2.5
-    assert type(helpers._plain("x", np.float64(1.5))) is float
-    assert type(helpers._plain("x", np.int64(7))) is int
+    assert runtime._plain("x", torch.tensor(2.5)) == 2.5
+    assert type(runtime._plain("x", np.float64(1.5))) is float
+    assert type(runtime._plain("x", np.int64(7))) is int
 
 
 def test_glue_refuses_tensors_with_many_numbers() -> None:
     with pytest.raises(TypeError, match="'weights'.*shape \\(2, 2\\)"):
-        helpers._plain("weights", torch.zeros(2, 2))
+        runtime._plain("weights", torch.zeros(2, 2))
 
 
 def test_glue_without_myst_nb_prints_numbers_and_closes_figures(monkeypatch, capsys) -> None:
@@ -140,42 +140,42 @@ def test_count_parameters_counts_a_shared_tensor_once() -> None:
 
 
 def test_book_seed_is_the_chapters_seed_in_the_books_own_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(helpers.SEED_VARIABLE, raising=False)
-    assert helpers.book_seed(0) == 0 and helpers.book_seed(7) == 7
-    monkeypatch.setenv(helpers.SEED_VARIABLE, "3")
-    assert helpers.book_seed(0) == 3000 and helpers.book_seed(7) == 3007
+    monkeypatch.delenv(runtime.SEED_VARIABLE, raising=False)
+    assert runtime.book_seed(0) == 0 and runtime.book_seed(7) == 7
+    monkeypatch.setenv(runtime.SEED_VARIABLE, "3")
+    assert runtime.book_seed(0) == 3000 and runtime.book_seed(7) == 3007
 
 
 def test_book_seed_moves_every_seed_of_a_chapter(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(helpers.SEED_VARIABLE, "0")
-    helpers.seed_everything(1)
+    monkeypatch.setenv(runtime.SEED_VARIABLE, "0")
+    runtime.seed_everything(1)
     books_run = torch.rand(3)
-    monkeypatch.setenv(helpers.SEED_VARIABLE, "2")
-    helpers.seed_everything(1)
+    monkeypatch.setenv(runtime.SEED_VARIABLE, "2")
+    runtime.seed_everything(1)
     assert not torch.equal(torch.rand(3), books_run)
 
 
 @pytest.mark.parametrize("text", ["one", "1.5", "-1"])
 def test_a_bad_book_seed_names_the_variable(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
-    monkeypatch.setenv(helpers.SEED_VARIABLE, text)
+    monkeypatch.setenv(runtime.SEED_VARIABLE, text)
     with pytest.raises(ValueError, match="BOOK_SEED"):
-        helpers.book_seed(0)
+        runtime.book_seed(0)
 
 
 def test_check_passes_silently_inside_its_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(helpers.CLAIMS_LOG_VARIABLE, raising=False)
-    helpers.check("exact match is high", 0.99, at_least=0.98)
-    helpers.check("loss is near its floor", 0.54, at_least=0.53, at_most=0.55)
-    helpers.check("the bounds are inclusive", 1.0, at_least=1.0, at_most=1.0)
-    helpers.check("the outputs agree", True)
-    helpers.check("a tensor holding one number is a number", torch.tensor(0.5), at_most=1)
+    monkeypatch.delenv(runtime.CLAIMS_LOG_VARIABLE, raising=False)
+    runtime.check("exact match is high", 0.99, at_least=0.98)
+    runtime.check("loss is near its floor", 0.54, at_least=0.53, at_most=0.55)
+    runtime.check("the bounds are inclusive", 1.0, at_least=1.0, at_most=1.0)
+    runtime.check("the outputs agree", True)
+    runtime.check("a tensor holding one number is a number", torch.tensor(0.5), at_most=1)
 
 
 def test_a_failed_check_tells_the_reader_what_and_where(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(helpers.CLAIMS_LOG_VARIABLE, raising=False)
-    monkeypatch.setenv(helpers.SEED_VARIABLE, "4")
-    with pytest.raises(helpers.ClaimFailed) as failure:
-        helpers.check("the model copies every held-out sequence", 0.946, at_least=1.0)
+    monkeypatch.delenv(runtime.CLAIMS_LOG_VARIABLE, raising=False)
+    monkeypatch.setenv(runtime.SEED_VARIABLE, "4")
+    with pytest.raises(runtime.ClaimFailed) as failure:
+        runtime.check("the model copies every held-out sequence", 0.946, at_least=1.0)
     message = str(failure.value)
     for needed in (
         "the model copies every held-out sequence",
@@ -189,30 +189,30 @@ def test_a_failed_check_tells_the_reader_what_and_where(monkeypatch: pytest.Monk
         "report",
     ):
         assert needed in message, f"{needed!r} missing from:\n{message}"
-    with pytest.raises(helpers.ClaimFailed, match="found it false"):
-        helpers.check("the outputs agree", False)
-    with pytest.raises(helpers.ClaimFailed, match="at most 0.1"):
-        helpers.check("spikes are rare", float("nan"), at_most=0.1)
+    with pytest.raises(runtime.ClaimFailed, match="found it false"):
+        runtime.check("the outputs agree", False)
+    with pytest.raises(runtime.ClaimFailed, match="at most 0.1"):
+        runtime.check("spikes are rare", float("nan"), at_most=0.1)
 
 
 def test_check_refuses_a_claim_it_cannot_judge() -> None:
     with pytest.raises(TypeError, match="at_least"):
-        helpers.check("a number without bounds", 0.5)
+        runtime.check("a number without bounds", 0.5)
     with pytest.raises(TypeError, match="bool takes no bounds"):
-        helpers.check("a bool with bounds", True, at_least=0)
+        runtime.check("a bool with bounds", True, at_least=0)
     with pytest.raises(ValueError, match="in words"):
-        helpers.check("", True)
+        runtime.check("", True)
 
 
 def test_check_records_every_claim_for_the_robustness_sweep(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     import json
 
     log = tmp_path / "claims.jsonl"
-    (tmp_path / helpers.SWEEP_MARKER).write_text("")
-    monkeypatch.setenv(helpers.CLAIMS_LOG_VARIABLE, str(log))
-    helpers.check("held", 0.99, at_least=0.98)
-    helpers.check("failed, recorded and not raised", 0.5, at_least=0.98, at_most=1.0)
-    helpers.check("a bool", False)
+    (tmp_path / runtime.SWEEP_MARKER).write_text("")
+    monkeypatch.setenv(runtime.CLAIMS_LOG_VARIABLE, str(log))
+    runtime.check("held", 0.99, at_least=0.98)
+    runtime.check("failed, recorded and not raised", 0.5, at_least=0.98, at_most=1.0)
+    runtime.check("a bool", False)
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [record["passed"] for record in records] == [True, False, False]
     assert records[0]["margin"] == pytest.approx(0.01) and records[1]["margin"] == pytest.approx(-0.48)
@@ -223,18 +223,18 @@ def test_a_claims_log_outside_the_sweep_is_refused_rather_than_silencing_every_c
     monkeypatch: pytest.MonkeyPatch, tmp_path
 ) -> None:
     log = tmp_path / "claims.jsonl"
-    monkeypatch.setenv(helpers.CLAIMS_LOG_VARIABLE, str(log))
+    monkeypatch.setenv(runtime.CLAIMS_LOG_VARIABLE, str(log))
     with pytest.raises(RuntimeError, match="Only make robustness"):
-        helpers.check("a claim that fails", 0.5, at_least=0.98)
+        runtime.check("a claim that fails", 0.5, at_least=0.98)
     with pytest.raises(RuntimeError, match="Only make robustness"):
-        helpers.check("a claim that holds", True)
+        runtime.check("a claim that holds", True)
     assert not log.exists()
 
 
 def test_the_sweep_marks_its_scratch_folder_with_the_marker_check_looks_for() -> None:
     import robustness
 
-    assert robustness.SWEEP_MARKER == helpers.SWEEP_MARKER
+    assert robustness.SWEEP_MARKER == runtime.SWEEP_MARKER
 
 
 def test_importing_the_package_and_its_models_loads_no_plotting() -> None:
@@ -252,20 +252,20 @@ def test_importing_the_package_and_its_models_loads_no_plotting() -> None:
     assert loaded == "[]", f"importing transformer_book's modules loaded {loaded}"
 
 
-def test_the_models_facade_names_the_chapters_own_objects() -> None:
-    # The façade re-exports, it does not redefine: each name is the object its chapter's module holds.
+@pytest.mark.parametrize(("facade", "at_least"), [("models", 40), ("utils", 10)])
+def test_the_facades_name_the_chapters_own_objects(facade: str, at_least: int) -> None:
+    # A façade re-exports, it does not redefine: each name is the object its chapter's module holds.
     import importlib
 
-    from transformer_book import models
-
-    assert len(models.__all__) == len(set(models.__all__)) >= 40
-    for name in models.__all__:
-        obj = getattr(models, name)
+    module = importlib.import_module(f"transformer_book.{facade}")
+    assert len(module.__all__) == len(set(module.__all__)) >= at_least
+    for name in module.__all__:
+        obj = getattr(module, name)
         home = getattr(obj, "__module__", None)
         if home is not None and home.startswith("transformer_book."):
-            assert getattr(importlib.import_module(home), name) is obj, f"models.{name} is not {home}.{name}"
-    assert models.Transformer.__module__ == "transformer_book.full_model"
-    assert models.generate.__module__ == "transformer_book.decoding"
+            assert getattr(importlib.import_module(home), name) is obj, f"{facade}.{name} is not {home}.{name}"
+        assert home != module.__name__, f"{facade}.{name} is defined in the façade, not in a chapter"
+    assert importlib.import_module("transformer_book.models").generate.__module__ == "transformer_book.decoding"
 
 
 def test_seconds_per_call_times_the_calls_after_two_warm_ups() -> None:

@@ -57,7 +57,11 @@ def test_lock_leaves_torch_to_the_machine() -> None:
 
 def test_tests_run_on_the_locked_packages() -> None:
     """What `make` installed is what the lock says (after an edit of the lock, make reinstalls)."""
-    installed = {canonicalize_name(dist.metadata["Name"]): dist.version for dist in importlib.metadata.distributions()}
+    installed: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():  # in sys.path order: the first is the one imports load
+        # Later entries can be copies vendored by a tool (setuptools, imported by torch.utils.benchmark,
+        # puts its _vendor folder on sys.path); they must not hide the environment's own.
+        installed.setdefault(canonicalize_name(dist.metadata["Name"]), dist.version)
     wrong = [
         f"{name}: locked {version}, installed {installed.get(name, 'nothing')}"
         for name, version, marker in LOCKED

@@ -1,6 +1,8 @@
 """Companion package of the book *The Transformer, Built Up*.
 
-Each module but :mod:`transformer_book.helpers` is generated from the chapter
+Each module but the hand-written :mod:`transformer_book.helpers` (device, parameter count, timer),
+:mod:`transformer_book.runtime` (what the chapters need to run), :mod:`transformer_book.validation`
+and the façades :mod:`transformer_book.models` and :mod:`transformer_book.utils` is generated from the chapter
 of the same name (``scaled_dot_product.py`` from ``book/scaled-dot-product.md``):
 the code there is exactly the code the chapter teaches, in cells tagged
 ``export``. Import from the chapter's module, for example::
@@ -11,18 +13,15 @@ or, for the classes and functions a program builds models with, from the hand-wr
 :mod:`transformer_book.models`, which names each chapter's own object.
 """
 
-from transformer_book.helpers import (
+from transformer_book.helpers import count_parameters, device, on_accelerator, seconds_per_call
+from transformer_book.runtime import (
     ClaimFailed,
     book_seed,
     by_device,
     check,
-    count_parameters,
-    device,
     glue,
-    on_accelerator,
     plot_heatmap,
     progress,
-    seconds_per_call,
     seed_everything,
     use_book_style,
 )
