@@ -215,8 +215,9 @@ def test_generate_leaves_a_decoder_only_model_in_training_mode() -> None:
 def test_generate_refuses_bad_prompts_and_lengths() -> None:
     model = small_model()
     greedy = lambda logits: logits.argmax(dim=-1)  # noqa: E731
-    with pytest.raises(ValueError, match="prompt must have shape"):
-        generate(model, None, prompt=torch.tensor([1, 2]), max_new_tokens=2, choose=greedy)
+    for bad_prompt in [torch.tensor([1, 2]), torch.tensor(5), torch.zeros(2, 0, dtype=torch.long)]:
+        with pytest.raises(ValueError, match="prompt must have shape"):
+            generate(model, None, prompt=bad_prompt, max_new_tokens=2, choose=greedy)
     with pytest.raises(ValueError, match="give a prompt to continue"):
         generate(model, None, max_new_tokens=2, choose=greedy)
     with pytest.raises(ValueError, match=f"needs {MAX_LEN + 1} positions, more than the model's {MAX_LEN}"):

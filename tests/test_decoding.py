@@ -431,6 +431,15 @@ def test_beam_search_searches_each_row_of_a_batch_on_its_own() -> None:
     ]
     assert beam_search(model, source, source_mask=source_mask, max_new_tokens=6) == one_by_one
     assert beam_search(model, source, max_new_tokens=6) == one_by_one  # the padding mask built from pad_id
+    # One mask row for every source, as broadcasting allows: every row is still searched (once, one was).
+    unpadded = source[:, :3]
+    alone = [beam_search(model, unpadded[row : row + 1], max_new_tokens=6)[0] for row in range(3)]
+    everything_visible = torch.ones(1, 1, 3, dtype=torch.bool)
+    assert beam_search(model, unpadded, source_mask=everything_visible, max_new_tokens=6) == alone
+    with pytest.raises(ValueError, match="source_mask must have shape"):
+        beam_search(model, source, source_mask=source_mask[:2], max_new_tokens=6)
+    with pytest.raises(ValueError, match="positions, more than the model's"):
+        beam_search(model, source[:1], max_new_tokens=100_000)
 
 
 def test_beam_search_rejects_a_negative_alpha() -> None:

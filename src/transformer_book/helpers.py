@@ -16,6 +16,8 @@ from collections.abc import Callable
 
 import torch
 
+from transformer_book.validation import positive_int
+
 
 def device() -> torch.device:
     """The fastest device available: CUDA, then Apple's MPS if it computes attention correctly, then the CPU."""
@@ -82,8 +84,6 @@ def seconds_per_call(run: Callable[[], object], *, calls: int = 3) -> float:
     """
     from torch.utils.benchmark import Timer  # imported on first use: only a few chapters time code
 
-    calls = int(calls)
-    if calls < 1:
-        raise ValueError(f"calls must be a positive integer, got calls={calls}")
+    calls = positive_int(calls, "calls")
     timer = Timer(stmt="run()", globals={"run": run}, num_threads=torch.get_num_threads())
     return float(timer.timeit(calls).mean)

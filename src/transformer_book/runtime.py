@@ -1,5 +1,6 @@
 """What the chapters need to run: seeds, ``by_device``, checks of claims, progress bars, figure
-style, heatmaps and ``glue``. Written by hand; none of it is imported with the models.
+style, heatmaps and ``glue``. Written by hand. No model module imports it; the training loop takes
+its progress bar from here, and plotting and tqdm are imported only when first used.
 """
 
 from __future__ import annotations
