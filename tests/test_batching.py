@@ -84,7 +84,7 @@ def test_make_batch_counts_the_tokens_the_loss_is_taken_over() -> None:
 @pytest.mark.parametrize(("sequence", "problem"), [([3, 1.5], "integer"), ([3, -1], "negative")])
 def test_pad_sequences_refuses_ids_that_are_not_token_ids(sequence: list[float], problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
-        pad_sequences([[3, 4], sequence])
+        pad_sequences([[3, 4], sequence])  # type: ignore[list-item]
 
 
 def test_random_copy_sequence_draws_copy_symbols_of_the_asked_lengths() -> None:

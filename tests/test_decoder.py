@@ -278,7 +278,7 @@ def test_decoder_rejects_a_bad_number_of_layers(num_layers: int) -> None:
 
 
 @pytest.mark.parametrize("build", [lambda: DecoderLayer(D_MODEL, 3, D_FF), lambda: Decoder(2, D_MODEL, 3, D_FF)])
-def test_a_head_count_that_does_not_divide_d_model_is_rejected(build) -> None:  # type: ignore[no-untyped-def]
+def test_a_head_count_that_does_not_divide_d_model_is_rejected(build) -> None:
     with pytest.raises(ValueError, match="d_model=16 is not divisible by num_heads=3"):
         build()
 

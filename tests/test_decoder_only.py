@@ -83,7 +83,7 @@ def test_a_layer_matches_pytorchs_encoder_layer_with_a_causal_mask() -> None:
     theirs = nn.TransformerEncoderLayer(
         D_MODEL, HEADS, D_FF, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
     )
-    load_torch_decoder_only_layer(ours, theirs)
+    load_torch_decoder_only_layer(ours, theirs)  # type: ignore[arg-type]
     x = torch.randn(2, 6, D_MODEL)
     with torch.no_grad():
         expected = theirs(x, src_mask=nn.Transformer.generate_square_subsequent_mask(6), is_causal=True)
@@ -93,10 +93,10 @@ def test_a_layer_matches_pytorchs_encoder_layer_with_a_causal_mask() -> None:
 def test_loading_refuses_a_layer_with_cross_attention_or_another_norm_order() -> None:
     theirs = nn.TransformerEncoderLayer(D_MODEL, HEADS, D_FF, batch_first=True, norm_first=True)
     with pytest.raises(ValueError, match="cross-attention"):
-        load_torch_decoder_only_layer(Decoder(1, D_MODEL, HEADS, D_FF, norm_first=True).layers[0], theirs)
+        load_torch_decoder_only_layer(Decoder(1, D_MODEL, HEADS, D_FF, norm_first=True).layers[0], theirs)  # type: ignore[arg-type]
     post_ln = Decoder(1, D_MODEL, HEADS, D_FF, norm_first=False, cross_attention=False).layers[0]
     with pytest.raises(ValueError, match="norm_first"):
-        load_torch_decoder_only_layer(post_ln, theirs)
+        load_torch_decoder_only_layer(post_ln, theirs)  # type: ignore[arg-type]
 
 
 def test_random_windows_are_shifted_by_one() -> None:
@@ -191,7 +191,12 @@ def test_generate_continues_a_prompt_as_greedy_recomputation_does() -> None:
     # With an end id, each row is cut before its first end token, as for an encoder-decoder.
     end = sequence[0, 4].item()
     cut = generate(
-        model, None, prompt=prompt, max_new_tokens=6, choose=lambda logits: logits.argmax(dim=-1), end_id=end
+        model,
+        None,
+        prompt=prompt,
+        max_new_tokens=6,
+        choose=lambda logits: logits.argmax(dim=-1),
+        end_id=end,  # type: ignore[arg-type]
     )
     expected = [row[: row.index(end)] if end in row else row for row in sequence[:, 3:].tolist()]
     assert cut == expected and len(cut[0]) < 6

@@ -104,7 +104,7 @@ def test_the_cache_grows_by_one_position_per_step() -> None:
         for keys, values in zip(decoder.keys, decoder.values):
             assert keys is not None and values is not None
             assert keys.shape == values.shape == (2, 2, step, 8)  # (batch, heads, positions, d_head)
-    assert all(keys.shape == (2, 2, 5, 8) for keys in decoder.memory_keys)
+    assert all(keys.shape == (2, 2, 5, 8) for keys in decoder.memory_keys)  # type: ignore[union-attr]
 
 
 def test_select_reorders_and_repeats_the_rows_of_every_cache() -> None:

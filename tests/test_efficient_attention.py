@@ -136,7 +136,7 @@ def test_gradients_flow_and_match_sdpa():
     # Not the memory-saving backward pass of FlashAttention, but autograd through the loop is exact too.
     query, key, value = (tensor.double().requires_grad_() for tensor in random_qkv(n=11, m=11))
     flash_attention(query, key, value, causal=True, block_q=4, block_k=3).square().sum().backward()
-    ours = [tensor.grad.clone() for tensor in (query, key, value)]
+    ours = [tensor.grad.clone() for tensor in (query, key, value)]  # type: ignore[union-attr]
     for tensor in (query, key, value):
         tensor.grad = None
     F.scaled_dot_product_attention(query, key, value, is_causal=True).square().sum().backward()
@@ -206,7 +206,7 @@ def test_window_needs_as_many_queries_as_keys():
 
 def test_causal_must_be_a_bool():
     with pytest.raises(ValueError, match="causal"):
-        flash_attention(*random_qkv(), causal=1)
+        flash_attention(*random_qkv(), causal=1)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("function", [flash_attention, linear_attention])

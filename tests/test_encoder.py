@@ -72,8 +72,8 @@ def test_layers_of_a_stack_have_their_own_weights() -> None:
     torch.manual_seed(0)
     stack = Encoder(2, D_MODEL, HEADS, D_FF)
     first, second = stack.layers
-    assert not torch.equal(first.self_attention.w_q.weight, second.self_attention.w_q.weight)
-    assert first.self_attention.w_q.weight.data_ptr() != second.self_attention.w_q.weight.data_ptr()
+    assert not torch.equal(first.self_attention.w_q.weight, second.self_attention.w_q.weight)  # type: ignore[arg-type, union-attr]
+    assert first.self_attention.w_q.weight.data_ptr() != second.self_attention.w_q.weight.data_ptr()  # type: ignore[operator, union-attr]
 
 
 def test_post_ln_output_is_normalised_at_every_position() -> None:
@@ -153,9 +153,9 @@ def test_agrees_with_torch(part: str, norm_first: bool, activation: str, padded:
         ours = EncoderLayer(D_MODEL, HEADS, D_FF, activation=activation, norm_first=norm_first).eval()
         load_torch_encoder_layer(ours, theirs)
     else:
-        theirs = nudge(their_stack(norm_first, activation)).eval()
+        theirs = nudge(their_stack(norm_first, activation)).eval()  # type: ignore[assignment]
         ours = Encoder(LAYERS, D_MODEL, HEADS, D_FF, activation=activation, norm_first=norm_first).eval()
-        load_torch_encoder(ours, theirs)
+        load_torch_encoder(ours, theirs)  # type: ignore[arg-type]
     x = inputs()
     mask = padding_mask(LENGTHS, N) if padded else None
     their_mask = ~mask[:, 0, :] if mask is not None else None
@@ -185,8 +185,8 @@ def test_loaded_layers_keep_their_order() -> None:
     ours = Encoder(LAYERS, D_MODEL, HEADS, D_FF)
     load_torch_encoder(ours, theirs)
     for our_layer, their_layer_ in zip(ours.layers, theirs.layers):
-        assert torch.equal(our_layer.feed_forward.linear_1.weight, their_layer_.linear1.weight)
-        assert torch.equal(our_layer.feed_forward_sublayer.norm.bias, their_layer_.norm2.bias)
+        assert torch.equal(our_layer.feed_forward.linear_1.weight, their_layer_.linear1.weight)  # type: ignore[arg-type, union-attr]
+        assert torch.equal(our_layer.feed_forward_sublayer.norm.bias, their_layer_.norm2.bias)  # type: ignore[arg-type, union-attr]
 
 
 def test_identity_as_their_final_norm_is_accepted_for_post_ln() -> None:

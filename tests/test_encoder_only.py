@@ -35,8 +35,8 @@ def masked(tokens: torch.Tensor, seed: int = 0, **options: object) -> tuple[torc
         special_ids=SPECIALS,
         vocab_size=VOCAB,
         generator=torch.Generator().manual_seed(seed),
-        **options,
-    )  # type: ignore[arg-type]
+        **options,  # type: ignore[arg-type]
+    )
 
 
 def test_masking_proportions_on_a_large_sample() -> None:

@@ -105,8 +105,8 @@ def test_tied_gradient_is_the_sum_of_the_three_uses_and_a_step_moves_all_three()
     source, target_input, source_mask = batch()
     for model in [tied, untied]:
         model(source, target_input, source_mask=source_mask).square().mean().backward()
-    summed = sum(matrix.grad for matrix in vocabulary_matrices(untied))
-    assert torch.allclose(tied.generator.projection.weight.grad, summed, atol=1e-6)
+    summed = sum(matrix.grad for matrix in vocabulary_matrices(untied))  # type: ignore[misc]
+    assert torch.allclose(tied.generator.projection.weight.grad, summed, atol=1e-6)  # type: ignore[arg-type]
     before = tied.source_embedding.embedding.weight.detach().clone()
     torch.optim.SGD(tied.parameters(), lr=0.1).step()
     for matrix in vocabulary_matrices(tied):

@@ -111,7 +111,7 @@ def test_plot_heatmap_rejects_non_matrices() -> None:
 def test_glue_shows_tables_but_not_numbers_in_the_book_by_default(monkeypatch) -> None:
     import myst_nb
 
-    shown = {}
+    shown = {}  # type: ignore[var-annotated]
     monkeypatch.setattr(myst_nb, "glue", lambda name, value, display: shown.__setitem__(name, display))
     transformer_book.glue("number", 1.5)
     transformer_book.glue("text", "cpu")
@@ -168,7 +168,7 @@ def test_check_passes_silently_inside_its_bounds(monkeypatch: pytest.MonkeyPatch
     runtime.check("loss is near its floor", 0.54, at_least=0.53, at_most=0.55)
     runtime.check("the bounds are inclusive", 1.0, at_least=1.0, at_most=1.0)
     runtime.check("the outputs agree", True)
-    runtime.check("a tensor holding one number is a number", torch.tensor(0.5), at_most=1)
+    runtime.check("a tensor holding one number is a number", torch.tensor(0.5), at_most=1)  # type: ignore[arg-type]
 
 
 def test_a_failed_check_tells_the_reader_what_and_where(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -270,7 +270,7 @@ def test_the_facades_name_the_chapters_own_objects(facade: str, at_least: int) -
 
 def test_seconds_per_call_times_the_calls_after_two_warm_ups() -> None:
     calls: list[None] = []
-    seconds = seconds_per_call(lambda: calls.append(time.sleep(0.01)), calls=3)
+    seconds = seconds_per_call(lambda: calls.append(time.sleep(0.01)), calls=3)  # type: ignore[func-returns-value]
     assert len(calls) == 2 + 3
     assert seconds >= 0.01  # a lower bound only: sleeping can take longer, never less
     with pytest.raises(ValueError, match="calls must be a positive integer, got calls=0"):

@@ -28,7 +28,7 @@ def test_scaler_matches_gradscaler_on_planted_overflows() -> None:
         optimizer.zero_grad()
         theirs.scale((weight**2).sum()).backward()
         if step in bad:
-            weight.grad[1] = math.nan
+            weight.grad[1] = math.nan  # type: ignore[index]
         theirs.step(optimizer)
         theirs.update()
         ours.update(finite=step not in bad)
@@ -39,8 +39,8 @@ def test_unscale_divides_gradients_and_reports_non_finite() -> None:
     scaler = DynamicLossScaler(init_scale=4.0)
     weight = nn.Parameter(torch.ones(2))
     scaler.scale_loss((3 * weight).sum()).backward()
-    assert scaler.unscale_([weight]) and torch.equal(weight.grad, torch.full((2,), 3.0))
-    weight.grad[0] = math.inf
+    assert scaler.unscale_([weight]) and torch.equal(weight.grad, torch.full((2,), 3.0))  # type: ignore[arg-type]
+    weight.grad[0] = math.inf  # type: ignore[index]
     assert not scaler.unscale_([weight])
 
 

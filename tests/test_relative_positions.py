@@ -106,7 +106,7 @@ def test_rope_creates_no_float64_tensor_on_the_device_of_its_input() -> None:
     created: list[tuple[torch.dtype, str]] = []
 
     class RecordOutputs(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             result = func(*args, **(kwargs or {}))
             for value in result if isinstance(result, (tuple, list)) else [result]:
                 if isinstance(value, torch.Tensor):

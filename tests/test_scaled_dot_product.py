@@ -14,8 +14,11 @@ from transformer_book.scaled_dot_product import causal_mask, padding_mask, scale
 BATCH, HEADS, N, M, D_K, D_V = 2, 3, 4, 6, 8, 5
 
 
+QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
 @pytest.fixture
-def qkv() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def qkv() -> QKV:
     """Random queries, keys and values with batch and head dims, n != m and d_k != d_v."""
     generator = torch.Generator().manual_seed(0)
     query = torch.randn(BATCH, HEADS, N, D_K, generator=generator)
@@ -39,7 +42,7 @@ def reference_attention(query, key, value, mask=None):
 # --- shapes and values -------------------------------------------------------------------------
 
 
-def test_shapes_with_batch_and_head_dims(qkv):
+def test_shapes_with_batch_and_head_dims(qkv: QKV) -> None:
     output, weights = scaled_dot_product_attention(*qkv)
     assert output.shape == (BATCH, HEADS, N, D_V)
     assert weights.shape == (BATCH, HEADS, N, M)
@@ -54,7 +57,7 @@ def test_unbatched_and_broadcast_leading_dims():
     assert output.shape == (BATCH, 1, N, D_V) and weights.shape == (BATCH, 1, N, M)
 
 
-def test_matches_the_formula_with_a_loop(qkv):
+def test_matches_the_formula_with_a_loop(qkv: QKV) -> None:
     output, _ = scaled_dot_product_attention(*qkv)
     torch.testing.assert_close(output, reference_attention(*qkv))
 
@@ -67,7 +70,7 @@ def test_scaling_is_by_sqrt_d_k():
     assert not torch.allclose(weights, torch.softmax(query @ key.T, dim=-1))
 
 
-def test_rows_sum_to_one_and_masked_weights_are_exactly_zero(qkv):
+def test_rows_sum_to_one_and_masked_weights_are_exactly_zero(qkv: QKV) -> None:
     mask = padding_mask(torch.tensor([6, 3]))[:, None]  # (batch, 1, 1, m)
     _, weights = scaled_dot_product_attention(*qkv, mask=mask)
     torch.testing.assert_close(weights.sum(dim=-1), torch.ones(BATCH, HEADS, N))
@@ -98,14 +101,14 @@ def test_agrees_with_torch_sdpa(case):
     assert (ours - theirs).abs().max().item() <= 1e-6
 
 
-def test_causal_mask_agrees_with_is_causal(qkv):
+def test_causal_mask_agrees_with_is_causal(qkv: QKV) -> None:
     query, key, value = qkv[0], qkv[1][..., :N, :], qkv[2][..., :N, :]
     ours, _ = scaled_dot_product_attention(query, key, value, causal_mask(N))
     theirs = F.scaled_dot_product_attention(query, key, value, is_causal=True)
     torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
 
 
-def test_cross_attention_padding_agrees_with_torch_sdpa(qkv):
+def test_cross_attention_padding_agrees_with_torch_sdpa(qkv: QKV) -> None:
     mask = padding_mask(torch.tensor([6, 2]))[:, None]
     ours, _ = scaled_dot_product_attention(*qkv, mask=mask)
     theirs = F.scaled_dot_product_attention(*qkv, attn_mask=mask)
@@ -128,7 +131,7 @@ def test_mask_convention_is_the_opposite_of_multihead_attention():
 # --- fully masked rows -------------------------------------------------------------------------
 
 
-def test_fully_masked_row_gives_zero_weights_and_output_without_nan_or_warning(qkv):
+def test_fully_masked_row_gives_zero_weights_and_output_without_nan_or_warning(qkv: QKV) -> None:
     mask = torch.ones(N, M, dtype=torch.bool)
     mask[2] = False
     with warnings.catch_warnings():
@@ -140,18 +143,18 @@ def test_fully_masked_row_gives_zero_weights_and_output_without_nan_or_warning(q
     torch.testing.assert_close(weights[..., [0, 1, 3], :].sum(dim=-1), torch.ones(BATCH, HEADS, 3))
 
 
-def test_fully_masked_row_has_zero_finite_gradients(qkv):
+def test_fully_masked_row_has_zero_finite_gradients(qkv: QKV) -> None:
     query, key, value = (tensor.clone().requires_grad_() for tensor in qkv)
     mask = torch.ones(N, M, dtype=torch.bool)
     mask[1] = False
     output, _ = scaled_dot_product_attention(query, key, value, mask)
     output.sum().backward()
     for tensor in (query, key, value):
-        assert torch.isfinite(tensor.grad).all()
-    assert (query.grad[..., 1, :] == 0).all()
+        assert torch.isfinite(tensor.grad).all()  # type: ignore[arg-type]
+    assert (query.grad[..., 1, :] == 0).all()  # type: ignore[index]
 
 
-def test_empty_sequence_in_a_batch(qkv):
+def test_empty_sequence_in_a_batch(qkv: QKV) -> None:
     mask = padding_mask(torch.tensor([0, 4]), max_len=M)[:, None]
     output, weights = scaled_dot_product_attention(*qkv, mask=mask)
     assert (weights[0] == 0).all() and (output[0] == 0).all()
@@ -191,12 +194,12 @@ def test_bad_shapes_raise_value_error_naming_the_problem(shapes, message):
         scaled_dot_product_attention(query, key, value)
 
 
-def test_mask_that_does_not_broadcast_names_both_shapes(qkv):
+def test_mask_that_does_not_broadcast_names_both_shapes(qkv: QKV) -> None:
     with pytest.raises(ValueError, match=r"mask of shape \(4, 5\) .* scores' shape \(2, 3, 4, 6\)"):
         scaled_dot_product_attention(*qkv, mask=torch.ones(N, M - 1, dtype=torch.bool))
 
 
-def test_padding_mask_without_head_dim_is_rejected_not_misapplied(qkv):
+def test_padding_mask_without_head_dim_is_rejected_not_misapplied(qkv: QKV) -> None:
     # (batch, 1, m) against (batch, heads, n, m) would align batch with heads: refuse it.
     with pytest.raises(ValueError, match="does not broadcast"):
         scaled_dot_product_attention(*qkv, mask=padding_mask(torch.tensor([6, 3])))
@@ -211,7 +214,7 @@ def test_mask_may_not_add_dimensions():
 @pytest.mark.parametrize("mask", [torch.ones(N, M), torch.ones(N, M, dtype=torch.int64), [[True] * M] * N])
 def test_non_bool_mask_is_rejected(qkv, mask):
     with pytest.raises(ValueError, match="mask must be a bool tensor, True where a query may attend"):
-        scaled_dot_product_attention(*qkv, mask=mask)
+        scaled_dot_product_attention(*qkv, mask=mask)  # type: ignore[misc]
 
 
 # --- causal_mask -------------------------------------------------------------------------------

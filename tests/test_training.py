@@ -142,7 +142,7 @@ def test_train_records_the_gradient_norm_and_does_not_clip_by_default() -> None:
         reference_optimizer.zero_grad()
         loss.backward()
         if step == 0:
-            norm = torch.cat([p.grad.flatten() for p in reference.parameters()]).norm().item()
+            norm = torch.cat([p.grad.flatten() for p in reference.parameters()]).norm().item()  # type: ignore[union-attr]
             assert history.gradient_norms[0] == pytest.approx(norm, rel=1e-5)
         reference_optimizer.step()
     for name, tensor in reference.state_dict().items():
@@ -198,7 +198,11 @@ def test_with_checkpoints_copies_the_weights_every_few_steps() -> None:
     optimizer, scheduler = make_optimizer(model, d_model=16, warmup=4)
     store: list[dict[str, Tensor]] = []
     train(
-        model, with_checkpoints(batches, model, every=3, store=store), steps=7, optimizer=optimizer, scheduler=scheduler
+        model,
+        with_checkpoints(batches, model, every=3, store=store),
+        steps=7,
+        optimizer=optimizer,
+        scheduler=scheduler,
     )
     assert len(store) == 2  # after steps 3 and 6
     # The copy after step 3 is the model trained on the first three batches alone.
@@ -389,7 +393,7 @@ def test_fused_attention_takes_the_fused_path_inside_and_restores_each_layer_aft
 
     torch.manual_seed(0)
     encoder = Encoder(2, 16, 2, 32, dropout=0.0).eval()
-    encoder.layers[1].keep_attention_weights = False  # a layer already on the fused path stays there
+    encoder.layers[1].keep_attention_weights = False  # type: ignore[assignment]  # a layer already on the fused path stays there
     x = torch.randn(2, 5, 16)
     before = encoder(x)
     with fused_attention(encoder) as model:

@@ -82,13 +82,13 @@ def test_every_constructor_accepts_a_numpy_size(name: str) -> None:
 
 
 def test_multi_head_attention_stores_plain_ints() -> None:
-    module = MultiHeadAttention(np.int64(8), np.int64(2))
+    module = MultiHeadAttention(np.int64(8), np.int64(2))  # type: ignore[arg-type]
     assert type(module.d_model) is int and type(module.num_heads) is int and module.d_head == 4
 
 
 def test_a_rate_is_checked_by_every_layer_with_dropout() -> None:
     with pytest.raises(ValueError, match="dropout must be a probability"):
-        SublayerConnection(8, dropout=True)  # type: ignore[arg-type]
+        SublayerConnection(8, dropout=True)
 
 
 def test_token_ids_accepts_integer_ids_in_range() -> None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
 from torch import nn
 
+M = TypeVar("M", bound=nn.Module)
 
-def nudge(module: nn.Module, seed: int = 0) -> nn.Module:
+
+def nudge(module: M, seed: int = 0) -> M:
     """Add noise to every parameter of module, in place, and return it.
 
     PyTorch starts biases at zero, LayerNorms at the identity and the layers of a stack as
