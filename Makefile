@@ -18,7 +18,7 @@ SYNC_FLAGS := $(if $(CI),--check,)
 # (the chapters that ran come from the execution cache; a failed one has no cached run, so it runs).
 book: $(VENV)/.installed _build/.sync-stamp
 	$(PY) scripts/invalidate_cache.py
-	$(VENV)/bin/jupyter-book build . --builder html -W -n --keep-going || \
+	$(PY) scripts/build_book.py . --builder html -W -n --keep-going || \
 	  { rm -f _build/.doctrees/environment.pickle; echo "The build failed: see the warnings above."; exit 1; }
 	@echo "The book is in _build/html/index.html"
 

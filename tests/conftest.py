@@ -81,11 +81,12 @@ def build_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def book_build(tmp_path_factory: pytest.TempPathFactory) -> BookBuild:
-    """Build the book once, exactly as `make book` does but into a fresh folder, so no cache is reused."""
+    """Build the book once, exactly as `make book` does (scripts/build_book.py, several chapters at once)
+    but into a fresh folder, so no cache is reused."""
     output = build_output(tmp_path_factory)
     command = [
-        str(Path(sys.executable).parent / "jupyter-book"),
-        "build",
+        sys.executable,
+        str(ROOT / "scripts" / "build_book.py"),
         str(ROOT),
         "--builder",
         "html",

@@ -1,0 +1,92 @@
+"""Build the book as ``jupyter-book build`` does, executing several chapters at once.
+
+    python scripts/build_book.py . --builder html -W -n --keep-going   # the arguments of jupyter-book build
+
+A chapter spends most of its time in small operations that one CPU thread runs about as fast as
+two (the book took 971 s at one thread and 950 s at two on a 2-core machine). So on a machine with
+C cores the build reads J chapters at once, each kernel with T = C // J threads, instead of one
+chapter with C threads:
+
+- ``OMP_NUM_THREADS`` set: T is that, and J = max(1, C // T): a reader's thread count is kept;
+- unset: T = 1 and J = C (at most ``BOOK_BUILD_JOBS`` when that is set).
+
+Every thread count the build can choose is one the robustness sweep runs, so the claims it checks
+are the swept ones. Sphinx reads the chapters in parallel (``sphinx-build -j``, which the
+jupyter-book CLI does not expose); each chapter is its own batch, the longest first (by the sweep's
+recorded times), so no core waits at the end while one long chapter runs alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import statistics
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import jupyter_book.sphinx
+import sphinx.builders
+from jupyter_book.cli.main import main as jupyter_book_main
+
+from chapters import ROOT
+
+RUNS = ROOT / "robustness-runs.jsonl"
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (a container's limit, not the host's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def jobs_and_threads(cores: int, environment: dict[str, str]) -> tuple[int, int]:
+    """How many chapters run at once, and with how many threads each (see the module's docstring)."""
+    threads_set = environment.get("OMP_NUM_THREADS", "").strip()
+    if threads_set.isdigit() and int(threads_set) > 0:
+        threads = int(threads_set)
+        return max(1, cores // threads), threads
+    jobs_cap = environment.get("BOOK_BUILD_JOBS", "").strip()
+    jobs = min(cores, int(jobs_cap)) if jobs_cap.isdigit() and int(jobs_cap) > 0 else cores
+    return max(1, jobs), 1
+
+
+@functools.cache
+def swept_seconds() -> dict[str, float]:
+    """Each swept chapter's median execution time on a CPU in the robustness sweep's records."""
+    times: dict[str, list[float]] = {}
+    if RUNS.is_file():
+        for line in RUNS.read_text().splitlines():
+            run = json.loads(line)
+            if run.get("device") == "cpu" and run.get("seconds"):
+                times.setdefault(run["chapter"], []).append(float(run["seconds"]))
+    return {chapter: statistics.median(seconds) for chapter, seconds in times.items()}
+
+
+def expected_cost(docname: str) -> float:
+    """How long a page takes to execute, as the sweep measured it (0 for a page it does not run,
+    which are the quick ones). Only the order of reading depends on it, never a result."""
+    return swept_seconds().get(docname.rsplit("/", 1)[-1], 0.0)
+
+
+def one_page_per_batch(arguments: Sequence[str], nproc: int, maxbatch: int = 10) -> list[Any]:
+    """Sphinx's make_chunks, with one page per batch, the costliest first."""
+    return [[docname] for docname in sorted(arguments, key=expected_cost, reverse=True)]
+
+
+def main(arguments: list[str]) -> int:
+    jobs, threads = jobs_and_threads(usable_cores(), dict(os.environ))
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # the kernels inherit it, and torch reads it at import
+    print(f"Building with {jobs} chapter(s) at once, {threads} thread(s) each", flush=True)
+    if jobs > 1:
+        sphinx.builders.make_chunks = one_page_per_batch  # type: ignore[attr-defined]
+        jupyter_book.sphinx.build_sphinx = functools.partial(jupyter_book.sphinx.build_sphinx, jobs=jobs)
+    try:
+        jupyter_book_main(args=["build", *arguments], prog_name="jupyter-book", standalone_mode=False)
+    except SystemExit as stop:  # jupyter-book exits with the build's status
+        return int(stop.code or 0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
