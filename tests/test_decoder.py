@@ -114,12 +114,17 @@ def test_parameter_count_of_a_paper_size_layer() -> None:
 # --- causality and padding ---------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("keep_weights", [True, False], ids=["from scratch", "fused"])
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("t", range(M))
-def test_changing_a_later_input_leaves_every_earlier_output_identical(t: int, norm_first: bool) -> None:
+def test_changing_a_later_input_leaves_every_earlier_output_identical(
+    t: int, norm_first: bool, keep_weights: bool
+) -> None:
     torch.manual_seed(0)
     x, memory, source_mask = inputs()
     decoder = Decoder(LAYERS, D_MODEL, HEADS, D_FF, norm_first=norm_first).eval()
+    for layer in decoder.layers:  # the fused path gets the default causal mask as is_causal=True
+        layer.keep_attention_weights = keep_weights
     changed = x.clone()
     changed[:, t] += torch.randn(D_MODEL)
     with torch.no_grad():

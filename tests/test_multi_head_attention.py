@@ -434,3 +434,44 @@ def test_fused_path_gives_a_query_with_no_key_the_output_bias() -> None:
     x = torch.randn(2, 7, 8)
     output, _ = module(x, x, x, fused_case_masks(2, 7)["a query with no key"], need_weights=False)
     assert torch.equal(output[0, 2], module.w_o.bias)
+
+
+@pytest.mark.parametrize("need_weights", [True, False], ids=["from scratch", "fused"])
+def test_is_causal_equals_the_causal_mask_in_values_and_gradients(need_weights: bool) -> None:
+    torch.manual_seed(0)
+    module = MultiHeadAttention(D_MODEL, HEADS)
+    x = torch.randn(BATCH, N, D_MODEL, requires_grad=True)
+    by_mask, _ = module(x, x, x, causal_mask(N)[None], need_weights=need_weights)
+    (mask_gradient,) = torch.autograd.grad(by_mask.sum(), x)
+    by_flag, weights = module(x, x, x, need_weights=need_weights, is_causal=True)
+    (flag_gradient,) = torch.autograd.grad(by_flag.sum(), x)
+    torch.testing.assert_close(by_flag, by_mask)
+    torch.testing.assert_close(flag_gradient, mask_gradient)
+    if need_weights:  # the from-scratch path writes the pattern out: no weight above the diagonal
+        assert weights is not None and not weights.triu(1).any()
+
+
+def test_the_fused_path_hands_pytorch_no_mask_for_the_causal_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    module = MultiHeadAttention(D_MODEL, HEADS)
+    x = torch.randn(BATCH, N, D_MODEL)
+    module(x, x, x, need_weights=False, is_causal=True)
+    module(x, x, x, padding_mask(torch.tensor([N, 3]), N), need_weights=False)
+    assert calls[0].get("attn_mask") is None and calls[0].get("is_causal") is True
+    assert calls[1].get("attn_mask") is not None and not calls[1].get("is_causal", False)
+
+
+def test_is_causal_refuses_a_mask_or_unequal_lengths() -> None:
+    module = MultiHeadAttention(D_MODEL, HEADS)
+    x, memory = torch.randn(BATCH, N, D_MODEL), torch.randn(BATCH, M, D_MODEL)
+    with pytest.raises(ValueError, match="give no mask with it"):
+        module(x, x, x, causal_mask(N)[None], is_causal=True)
+    with pytest.raises(ValueError, match=f"{N} queries and {M} keys"):
+        module(x, memory, memory, is_causal=True)
