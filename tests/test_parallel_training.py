@@ -1,0 +1,96 @@
+"""Training across processes: the launcher, data and tensor parallelism against one process, and failures."""
+
+from __future__ import annotations
+
+import multiprocessing
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.multiprocessing.spawn import ProcessRaisedException
+
+from transformer_book import parallel_training as parallel
+
+SETUP = parallel.ParallelSetup(d_model=16, num_heads=2, num_layers=1, d_ff=32, context=8, batch_size=4)
+
+
+def fail_on_rank_one(rank: int, world_size: int) -> dict[str, Any]:
+    """Both ranks meet, then rank 1 raises while rank 0 waits for it at a second barrier."""
+    dist.barrier()
+    if rank == 1:
+        raise RuntimeError(f"rank {rank} of {world_size} failed on purpose")
+    dist.barrier()
+    return {}
+
+
+def relative(ours: torch.Tensor, reference: torch.Tensor) -> float:
+    return float((ours - reference).norm() / reference.norm())
+
+
+def test_data_parallel_gradients_equal_one_process_on_the_whole_batch() -> None:
+    ranks = parallel.launch(parallel.data_parallel_step, 2, SETUP)
+    single = SETUP.model()
+    inputs, targets = SETUP.batch()
+    parallel.language_model_loss(single(inputs), targets).backward()
+    names = [name for name, _ in single.named_parameters()]
+    # One norm over all the gradients: the key bias's is zero in exact arithmetic (a shift of every
+    # key by the same vector leaves the softmax alone), so on its own it is pure rounding.
+    reference = torch.cat([parameter.grad.flatten() for parameter in single.parameters() if parameter.grad is not None])
+    for rank in ranks:
+        assert relative(torch.cat([rank["gradients"][name].flatten() for name in names]), reference) < 1e-5
+    parameters = sum(parameter.numel() for parameter in single.parameters())
+    assert ranks[0]["bytes all-reduced"] == 4 * parameters
+
+
+def test_tensor_parallel_feed_forward_equals_the_unsplit_layer_forward_and_backward() -> None:
+    ranks = parallel.launch(parallel.tensor_parallel_feed_forward, 2, SETUP)
+    full, x, upstream = parallel.feed_forward_and_input(SETUP)
+    x.requires_grad_(True)
+    output = full(x)
+    output.backward(upstream)
+    assert x.grad is not None and full.linear_1.weight.grad is not None and full.linear_2.weight.grad is not None
+    half = SETUP.d_ff // 2
+    for rank, result in enumerate(ranks):
+        hidden = slice(rank * half, (rank + 1) * half)
+        assert relative(result["output"], output) < 1e-5
+        assert relative(result["input gradient"], x.grad) < 1e-5
+        assert relative(result["gradients"]["linear_1.weight"], full.linear_1.weight.grad[hidden]) < 1e-5
+        assert relative(result["gradients"]["linear_2.weight"], full.linear_2.weight.grad[:, hidden]) < 1e-5
+
+
+def test_a_failed_rank_fails_the_launch_with_its_traceback_and_leaves_no_process() -> None:
+    with pytest.raises(ProcessRaisedException, match="rank 1 of 2 failed on purpose"):
+        parallel.launch(fail_on_rank_one, 2)
+    assert multiprocessing.active_children() == []
+
+
+def test_launch_refuses_a_worker_that_a_new_process_cannot_import() -> None:
+    def worker(rank: int, world_size: int) -> dict[str, Any]:
+        return {}
+
+    worker.__module__ = "__main__"
+    with pytest.raises(ValueError, match="defined in __main__"):
+        parallel.launch(worker, 2)
+    with pytest.raises(ValueError, match="world_size"):
+        parallel.launch(parallel.data_parallel_step, 0, SETUP)
+
+
+def test_splits_that_do_not_divide_evenly_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="out_features=6 must be divisible by world_size=4"):
+        parallel.ColumnParallelLinear(nn.Linear(4, 6), 0, 4)
+    with pytest.raises(ValueError, match="in_features=6 must be divisible by world_size=4"):
+        parallel.RowParallelLinear(nn.Linear(6, 4), 0, 4)
+    with pytest.raises(ValueError, match="batch_size=4 must be divisible by world_size=3"):
+        SETUP.rows_of(0, 3)
+
+
+def test_the_ring_all_reduce_sends_two_times_w_minus_one_over_w_of_the_tensor() -> None:
+    assert parallel.all_reduce_bytes(1000, 1) == 0
+    assert parallel.all_reduce_bytes(1000, 2) == 4000
+    assert parallel.all_reduce_bytes(1000, 4, bytes_per_element=2) == 3000
+    ledger = parallel.communication_per_step(1000, world_size=2, tokens=10, d_model=4, sublayers=3)
+    assert ledger["data parallel"] == 4000
+    assert ledger["ZeRO-3 (weights gathered twice)"] == 6000
+    assert ledger["tensor parallel"] == 2 * 3 * 10 * 4 * 4
