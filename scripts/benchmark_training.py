@@ -1,6 +1,6 @@
 """Print the training throughput of the book's Transformer against PyTorch's nn.Transformer.
 
-    python scripts/benchmark_training.py            # the default configuration, on device()
+    python scripts/benchmark_training.py            # the default configuration, on the CPU and any GPU
     python scripts/benchmark_training.py --steps 40 --d-model 512
 
 Both models get the same configuration, the same batches (with padding and masks), the same
@@ -9,25 +9,34 @@ forward, backward and update. The book's model runs twice: as the chapters use i
 keeping every attention map for plotting, and with ``keep_attention_weights = False`` in every
 layer, so that MultiHeadAttention takes its fused path (F.scaled_dot_product_attention). The point
 is a ratio, not a record: it tells a reader whether the from-scratch code is needlessly slow.
+Then the book's attention on its fused causal path (``is_causal=True``) is timed against the same
+projections around a direct call of ``F.scaled_dot_product_attention(..., is_causal=True)``, with
+the peak memory of each. Every device runs: the CPU, then CUDA or MPS where present.
 Timings are printed, never asserted; run it on a quiet machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Callable
 
-import torch
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # set before torch starts: the memory profiler logs no lines
+
+import torch  # noqa: E402
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_book import device, seed_everything
+from transformer_book import seconds_per_call, seed_everything
 from transformer_book.batching import Batch, make_batch
 from transformer_book.decoder import DecoderLayer
 from transformer_book.encoder import EncoderLayer
 from transformer_book.full_model import TokenEmbedding, TransformerConfig, make_transformer
 from transformer_book.label_smoothing import LabelSmoothingLoss
+from transformer_book.multi_head_attention import MultiHeadAttention, merge_heads, split_heads
 from transformer_book.positional_encoding import PositionalEncoding
+from transformer_book.self_attention import peak_memory_bytes
 
 
 class TorchTransformer(nn.Module):
@@ -104,32 +113,24 @@ def tokens_per_second(
     return tokens / (time.perf_counter() - start)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--d-model", type=int, default=256)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--layers", type=int, default=3)
-    parser.add_argument("--d-ff", type=int, default=1024)
-    parser.add_argument("--dropout", type=float, default=0.1)
-    parser.add_argument("--vocab", type=int, default=1000)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--length", type=int, default=32, help="longest source and target, in tokens")
-    parser.add_argument("--steps", type=int, default=20, help="timed steps per model and round")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps before each timing")
-    parser.add_argument("--rounds", type=int, default=3, help="alternate the two models this many times")
-    args = parser.parse_args()
+def benchmark_devices() -> list[torch.device]:
+    """The CPU always, then CUDA and Apple's MPS where this machine has them."""
+    found = [torch.device("cpu")]
+    if torch.cuda.is_available():
+        found.append(torch.device("cuda"))
+    if torch.backends.mps.is_available():
+        found.append(torch.device("mps"))
+    return found
 
-    on = device()
+
+def compare_training(args: argparse.Namespace, on: torch.device) -> None:
+    """Rounds of the book's model (weights kept, then fused) against nn.Transformer on one device."""
     seed_everything(0)
-    config = {
-        "d_model": args.d_model,
-        "num_heads": args.heads,
-        "num_layers": args.layers,
-        "d_ff": args.d_ff,
-        "dropout": args.dropout,
-    }
-    book_model = make_transformer(args.vocab, args.vocab, TransformerConfig(**config)).to(on)
-    torch_model = TorchTransformer(args.vocab, **config).to(on)
+    config = TransformerConfig(
+        d_model=args.d_model, num_heads=args.heads, num_layers=args.layers, d_ff=args.d_ff, dropout=args.dropout
+    )
+    book_model = make_transformer(args.vocab, args.vocab, config).to(on)
+    torch_model = TorchTransformer(args.vocab, args.d_model, args.heads, args.layers, args.d_ff, args.dropout).to(on)
     generator = torch.Generator().manual_seed(0)
     batches = [
         random_batch(args.vocab, args.batch, args.length, generator, on) for _ in range(args.warmup + args.steps)
@@ -146,7 +147,7 @@ def main() -> None:
         finally:
             keep_attention_weights(book_model, True)
 
-    print(f"device: {on}, threads: {torch.get_num_threads()}, torch {torch.__version__}")
+    print(f"\n{on.type}: {describe(on)}, torch {torch.__version__}")
     print(f"config: {config}, vocab {args.vocab}, batch {args.batch}, length <= {args.length}")
     # A ratio is how many times longer the book's model takes per token than nn.Transformer: 1.0 is parity.
     print(
@@ -165,10 +166,66 @@ def main() -> None:
             f"{theirs / book:>6.2f} {theirs / fused:>13.2f}"
         )
     print(
-        f"best of {args.rounds}: book {best_book:,.0f} tokens/s, book with the fused path {best_fused:,.0f} tokens/s, "
-        f"nn.Transformer {best_torch:,.0f} tokens/s; the book's model takes {best_torch / best_book:.2f}x "
-        f"nn.Transformer's time per token, {best_torch / best_fused:.2f}x with the fused path"
+        f"{on.type}, best of {args.rounds}: book {best_book:,.0f} tokens/s, book with the fused path "
+        f"{best_fused:,.0f} tokens/s, nn.Transformer {best_torch:,.0f} tokens/s; the book's model takes "
+        f"{best_torch / best_book:.2f}x nn.Transformer's time per token, {best_torch / best_fused:.2f}x with the fused path"
     )
+
+
+def compare_causal_attention(args: argparse.Namespace, on: torch.device) -> None:
+    """The book's MultiHeadAttention on its fused causal path against the same projections around a
+    direct call of F.scaled_dot_product_attention(is_causal=True): forward and backward, time and peak memory."""
+    seed_everything(0)
+    module = MultiHeadAttention(args.d_model, args.heads).to(on)
+    x = torch.randn(args.batch, args.attention_length, args.d_model, device=on, requires_grad=True)
+
+    def book() -> None:
+        output, _ = module(x, x, x, need_weights=False, is_causal=True)
+        output.sum().backward()
+
+    def direct() -> None:
+        q, k, v = (split_heads(projection(x), args.heads) for projection in (module.w_q, module.w_k, module.w_v))
+        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        module.w_o(merge_heads(attended)).sum().backward()
+
+    timings = {name: seconds_per_call(run, calls=5) for name, run in (("book", book), ("direct", direct))}
+    peaks = {name: peak_memory_bytes(run, on) for name, run in (("book", book), ("direct", direct))}
+    print(
+        f"{on.type}, causal attention ({args.batch} x {args.attention_length} tokens, d_model {args.d_model}, forward "
+        f"and backward): the book's fused path takes {timings['book'] / timings['direct']:.2f}x the time and "
+        f"{peaks['book'] / max(peaks['direct'], 1):.2f}x the peak memory of direct SDPA with is_causal=True "
+        f"({timings['direct'] * 1e3:.2f} ms, {peaks['direct'] / 2**20:.1f} MiB)"
+    )
+
+
+def describe(on: torch.device) -> str:
+    if on.type == "cuda":
+        return torch.cuda.get_device_name(on)
+    return f"{torch.get_num_threads()} threads" if on.type == "cpu" else on.type
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--d-model", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--d-ff", type=int, default=1024)
+    parser.add_argument("--dropout", type=float, default=0.1)
+    parser.add_argument("--vocab", type=int, default=1000)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--length", type=int, default=32, help="longest source and target, in tokens")
+    parser.add_argument("--attention-length", type=int, default=512, help="sequence length of the attention rows")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per model and round")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps before each timing")
+    parser.add_argument("--rounds", type=int, default=3, help="alternate the two models this many times")
+    args = parser.parse_args()
+
+    devices = benchmark_devices()
+    if not torch.cuda.is_available():
+        print("CUDA is not available on this machine: no CUDA rows.")
+    for on in devices:
+        compare_training(args, on)
+        compare_causal_attention(args, on)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,8 @@ def test_benchmark_script_prints_the_three_throughputs() -> None:
             "1",
             "--rounds",
             "1",
+            "--attention-length",
+            "16",
         ],
         capture_output=True,
         text=True,
@@ -52,3 +54,8 @@ def test_benchmark_script_prints_the_three_throughputs() -> None:
     )
     assert summary is not None, result.stdout
     assert all(int(group.replace(",", "")) > 0 for group in summary.groups())
+    causal = re.search(
+        r"fused path takes ([\d.]+)x the time and ([\d.]+)x the peak memory of direct SDPA", result.stdout
+    )
+    assert causal is not None, result.stdout
+    assert "CUDA is not available" in result.stdout or "\ncuda: " in result.stdout, "no CUDA rows, and no word why"
