@@ -26,9 +26,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import jupyter_book.sphinx
 import sphinx.builders
-from jupyter_book.cli.main import main as jupyter_book_main
 
 from chapters import ROOT
 
@@ -75,6 +73,10 @@ def one_page_per_batch(arguments: Sequence[str], nproc: int, maxbatch: int = 10)
 
 
 def main(arguments: list[str]) -> int:
+    # Imported here, not at the top, so that the tests of the functions above load no jupyter-book.
+    import jupyter_book.sphinx
+    from jupyter_book.cli.main import main as jupyter_book_main
+
     jobs, threads = jobs_and_threads(usable_cores(), dict(os.environ))
     os.environ["OMP_NUM_THREADS"] = str(threads)  # the kernels inherit it, and torch reads it at import
     print(f"Building with {jobs} chapter(s) at once, {threads} thread(s) each", flush=True)
