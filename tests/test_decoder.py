@@ -124,6 +124,7 @@ def test_changing_a_later_input_leaves_every_earlier_output_identical(
     x, memory, source_mask = inputs()
     decoder = Decoder(LAYERS, D_MODEL, HEADS, D_FF, norm_first=norm_first).eval()
     for layer in decoder.layers:  # the fused path gets the default causal mask as is_causal=True
+        assert isinstance(layer, DecoderLayer)
         layer.keep_attention_weights = keep_weights
     changed = x.clone()
     changed[:, t] += torch.randn(D_MODEL)
