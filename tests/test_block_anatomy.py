@@ -193,7 +193,9 @@ def test_dropout_is_not_applied_to_the_residual_path() -> None:
 
 
 def test_validators_raise_clear_errors() -> None:
-    with pytest.raises(ValueError, match=re.escape("unknown activation 'tanh'; choose one of 'relu', 'gelu'")):
+    with pytest.raises(
+        ValueError, match=re.escape("unknown activation 'tanh'; choose one of 'relu', 'gelu', 'gelu_tanh'")
+    ):
         check_activation("tanh")
     with pytest.raises(ValueError, match=re.escape("unknown activation 'tanh'")):
         PositionwiseFeedForward(8, 16, activation="tanh")

@@ -295,7 +295,7 @@ def test_negative_dropout_is_rejected() -> None:
 
 
 def test_an_unknown_activation_is_rejected() -> None:
-    with pytest.raises(ValueError, match="unknown activation 'tanh'; choose one of 'relu', 'gelu'"):
+    with pytest.raises(ValueError, match="unknown activation 'tanh'; choose one of 'relu', 'gelu', 'gelu_tanh'"):
         Decoder(2, D_MODEL, HEADS, D_FF, activation="tanh")
 
 

@@ -262,7 +262,7 @@ def test_negative_dropout() -> None:
 
 
 def test_unknown_activation() -> None:
-    with pytest.raises(ValueError, match="unknown activation 'tanh'; choose one of 'relu', 'gelu'"):
+    with pytest.raises(ValueError, match="unknown activation 'tanh'; choose one of 'relu', 'gelu', 'gelu_tanh'"):
         EncoderLayer(D_MODEL, HEADS, D_FF, activation="tanh")
 
 

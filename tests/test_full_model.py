@@ -325,7 +325,7 @@ def test_generator_vocabulary_must_match_the_target_vocabulary():
 def test_configuration_errors(overrides, message):
     with pytest.raises(ValueError, match=message):  # when the config is made, before any model
         dataclasses.replace(SMALL, **overrides)
-    with pytest.raises(ValueError, match="unknown activation 'tanh'; choose one of 'relu', 'gelu'"):
+    with pytest.raises(ValueError, match="unknown activation 'tanh'; choose one of 'relu', 'gelu', 'gelu_tanh'"):
         make_transformer(VOCAB, VOCAB, SMALL, activation="tanh")
 
 
