@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -13,6 +16,7 @@ from transformer_book.encoder_only import (
     EncoderOnlyModel,
     MaskedLanguageModel,
     MaskedLanguageModelHead,
+    bert_from_huggingface,
     mask_tokens,
 )
 from transformer_book.scaled_dot_product import causal_mask
@@ -205,3 +209,51 @@ def test_model_refuses_a_two_dimensional_attention_mask() -> None:
         model(tokens[0])
     with torch.no_grad():
         assert torch.equal(model(tokens, attention_mask=key_padding[:, None]), model(tokens))  # the advised form works
+
+
+def random_hf_bert(**changes: object) -> torch.nn.Module:
+    """A random transformers BERT unlike the chapter's: odd head width, its own eps, random biases."""
+    with warnings.catch_warnings():  # transformers imports tqdm.auto, which warns where ipywidgets is missing
+        warnings.simplefilter("ignore")
+        from transformers import BertConfig, BertForMaskedLM
+    settings: dict[str, object] = dict(
+        vocab_size=53,
+        hidden_size=24,
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        intermediate_size=40,
+        max_position_embeddings=30,
+        layer_norm_eps=1e-7,
+    )
+    settings.update(changes)
+    torch.manual_seed(0)
+    model: torch.nn.Module = BertForMaskedLM(BertConfig(**settings)).double().eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+    return model
+
+
+def test_the_loaded_bert_gives_transformers_logits_in_float64_with_and_without_padding() -> None:
+    theirs = random_hf_bert()
+    ours = bert_from_huggingface(theirs)
+    tokens = torch.randint(1, 53, (3, 25), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert (ours(tokens) - theirs(tokens).logits).abs().max().item() < 1e-10
+        tokens[0, 20:] = 0  # padding: the book hides it by pad_id, transformers by its attention mask
+        padded = theirs(tokens, attention_mask=(tokens != 0).long()).logits
+        assert (ours(tokens) - padded).abs().max().item() < 1e-10
+    assert ours.head.embedding is ours.encoder.token_embedding and not ours.training
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"hidden_act": "relu"}, "hidden_act='relu'"),
+        ({"is_decoder": True}, "is_decoder=True"),
+        ({"tie_word_embeddings": False}, "tie_word_embeddings=False"),
+    ],
+)
+def test_a_bert_the_book_cannot_represent_is_refused_by_name(change: dict[str, object], named: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(named)):
+        bert_from_huggingface(random_hf_bert(**change))

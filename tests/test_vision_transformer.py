@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+import warnings
+
 import pytest
 import torch
 from torch import nn
 
-from transformer_book.vision_transformer import PatchEmbedding, VisionTransformer, patchify
+from transformer_book.vision_transformer import PatchEmbedding, VisionTransformer, patchify, vit_from_huggingface
 
 BATCH, CHANNELS, SIZE, PATCH, D_MODEL = 3, 3, 12, 4, 16
 
@@ -152,3 +155,46 @@ def test_patchify_refuses_a_patch_size_that_does_not_tile_the_image() -> None:
         patchify(images(), 5)
     with pytest.raises(ValueError, match="4-D"):
         patchify(images()[0], 4)
+
+
+def random_hf_vit(**changes: object) -> nn.Module:
+    """A random transformers ViT unlike the chapter's: colour, odd head width, random biases and LayerNorms."""
+    with warnings.catch_warnings():  # transformers imports tqdm.auto, which warns where ipywidgets is missing
+        warnings.simplefilter("ignore")
+        from transformers import ViTConfig, ViTForImageClassification
+    settings: dict[str, object] = dict(
+        image_size=12,
+        patch_size=3,
+        num_channels=3,
+        num_labels=7,
+        hidden_size=24,
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        intermediate_size=40,
+    )
+    settings.update(changes)
+    torch.manual_seed(0)
+    model: nn.Module = ViTForImageClassification(ViTConfig(**settings)).double().eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+    return model
+
+
+@pytest.mark.parametrize("eps", [1e-12, 1e-6])
+def test_the_loaded_vit_gives_transformers_logits_in_float64(eps: float) -> None:
+    theirs = random_hf_vit(layer_norm_eps=eps)
+    ours = vit_from_huggingface(theirs)
+    x = torch.randn(5, 3, 12, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert (ours(x) - theirs(x).logits).abs().max().item() < 1e-10
+    assert not ours.training
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [({"hidden_act": "relu"}, "hidden_act='relu'"), ({"qkv_bias": False}, "qkv_bias=False")],
+)
+def test_a_vit_the_book_cannot_represent_is_refused_by_name(change: dict[str, object], named: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(named)):
+        vit_from_huggingface(random_hf_vit(**change))

@@ -1,7 +1,8 @@
 """The door to real models: loaders that copy another library's weights into the book's classes,
-and the tokenizers that go with them. Each is taught in a chapter of Part VII; ``transformers`` and
+and the tokenizers that go with them. GPT-2's are taught in Part VII, BERT's and ViT's at the end of their Part V chapters; ``transformers`` and
 ``tiktoken`` are needed only by the code that calls them, not to import this module."""
 
+from transformer_book.encoder_only import BertEncoder, bert_from_huggingface
 from transformer_book.gpt2 import (
     GPT2_PATTERN,
     RankedBytePairTokenizer,
@@ -10,12 +11,16 @@ from transformer_book.gpt2 import (
     merge_ranks,
     recover_merges,
 )
+from transformer_book.vision_transformer import vit_from_huggingface
 
 __all__ = [
+    "BertEncoder",
+    "bert_from_huggingface",
     "GPT2_PATTERN",
     "RankedBytePairTokenizer",
     "gpt2_byte_order",
     "gpt2_from_huggingface",
     "merge_ranks",
     "recover_merges",
+    "vit_from_huggingface",
 ]
