@@ -149,17 +149,19 @@ def by_hand_layer_norm(x: torch.Tensor, norm: LayerNorm) -> torch.Tensor:
 def test_sublayer_connection_formulas(norm_first: bool) -> None:
     torch.manual_seed(0)
     connection = SublayerConnection(10, dropout=0.0, norm_first=norm_first)
+    norm = connection.norm
+    assert isinstance(norm, LayerNorm)  # the default, norm="layer"
     with torch.no_grad():
-        connection.norm.weight.normal_()
-        connection.norm.bias.normal_()
+        norm.weight.normal_()
+        norm.bias.normal_()
     sublayer = nn.Linear(10, 10)
     x = torch.randn(2, 4, 10)
     with torch.no_grad():
         got = connection(x, sublayer)
         if norm_first:  # pre-LN: x + Sublayer(LayerNorm(x))
-            expected = x + sublayer(by_hand_layer_norm(x, connection.norm))
+            expected = x + sublayer(by_hand_layer_norm(x, norm))
         else:  # post-LN, the paper: LayerNorm(x + Sublayer(x))
-            expected = by_hand_layer_norm(x + sublayer(x), connection.norm)
+            expected = by_hand_layer_norm(x + sublayer(x), norm)
     assert (got - expected).abs().max() < 1e-5
 
 
