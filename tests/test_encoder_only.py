@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-import warnings
 
 import pytest
 import torch
 from torch import nn
 
+from torch_reference import random_transformers_model
 from transformer_book.encoder import load_torch_encoder
 from transformer_book.encoder_only import (
     IGNORE_INDEX,
@@ -213,9 +213,6 @@ def test_model_refuses_a_two_dimensional_attention_mask() -> None:
 
 def random_hf_bert(**changes: object) -> torch.nn.Module:
     """A random transformers BERT unlike the chapter's: odd head width, its own eps, random biases."""
-    with warnings.catch_warnings():  # transformers imports tqdm.auto, which warns where ipywidgets is missing
-        warnings.simplefilter("ignore")
-        from transformers import BertConfig, BertForMaskedLM
     settings: dict[str, object] = dict(
         vocab_size=53,
         hidden_size=24,
@@ -225,13 +222,7 @@ def random_hf_bert(**changes: object) -> torch.nn.Module:
         max_position_embeddings=30,
         layer_norm_eps=1e-7,
     )
-    settings.update(changes)
-    torch.manual_seed(0)
-    model: torch.nn.Module = BertForMaskedLM(BertConfig(**settings)).double().eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.1)
-    return model
+    return random_transformers_model("BertForMaskedLM", "BertConfig", **{**settings, **changes})
 
 
 def test_the_loaded_bert_gives_transformers_logits_in_float64_with_and_without_padding() -> None:

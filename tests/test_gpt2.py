@@ -18,6 +18,7 @@ from transformer_book.block_anatomy import check_activation
 from transformer_book.decoder import DecoderLayer
 from transformer_book.decoder_only import DecoderOnlyTransformer, LearnedPositionalEncoding
 from transformer_book.decoding import generate
+from transformer_book.gpt2 import GPT2_CHOICES
 from transformer_book.positional_encoding import PositionalEncoding
 from transformer_book.pretrained import (
     GPT2_PATTERN,
@@ -118,15 +119,7 @@ def test_a_config_the_book_cannot_represent_is_refused_by_name(change: dict[str,
 def test_the_book_counts_gpt2_smalls_parameters() -> None:
     with torch.device("meta"):
         ours = DecoderOnlyTransformer(
-            50_257,
-            d_model=768,
-            num_heads=12,
-            num_layers=12,
-            d_ff=3072,
-            max_len=1024,
-            positions="learned",
-            scale_embeddings=False,
-            activation="gelu_tanh",
+            50_257, d_model=768, num_heads=12, num_layers=12, d_ff=3072, max_len=1024, **GPT2_CHOICES
         )
     assert count_parameters(ours) == 124_439_808
 
@@ -141,17 +134,7 @@ def test_the_2017_defaults_are_unchanged() -> None:
 
 def test_the_gpt2_options_change_what_they_name() -> None:
     torch.manual_seed(0)
-    model = DecoderOnlyTransformer(
-        30,
-        d_model=16,
-        num_heads=2,
-        num_layers=1,
-        d_ff=32,
-        max_len=8,
-        positions="learned",
-        scale_embeddings=False,
-        activation="gelu_tanh",
-    )
+    model = DecoderOnlyTransformer(30, d_model=16, num_heads=2, num_layers=1, d_ff=32, max_len=8, **GPT2_CHOICES)
     assert isinstance(model.positional_encoding, LearnedPositionalEncoding)
     assert model.state_dict()["positional_encoding.table"].shape == (8, 16)
     tokens = torch.tensor([[1, 2, 3]])

@@ -235,3 +235,16 @@ def test_no_unrendered_math(book_build: BookBuild, page: Page) -> None:
     prose = article.get_text(" ")
     leftovers = [prose[max(0, match.start() - 50) : match.end() + 50] for match in re.finditer(r"\$", prose)]
     assert not leftovers, f"{page.path}: dollar signs left in the rendered prose:\n" + "\n".join(leftovers)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_no_output_shows_a_python_warning(book_build: BookBuild, page: Page) -> None:
+    """A warning printed by a cell (a library's TqdmWarning, a FutureWarning) lands on the page as red text
+    that no reader can act on: silence it where it is raised, for a reason the code states."""
+    soup = soup_of(built_page(book_build.html, page))
+    warnings = [
+        output.get_text(" ")[max(0, match.start() - 80) : match.end() + 80]
+        for output in soup.select("div.cell_output")
+        for match in re.finditer(r"\b[A-Z]\w*Warning\b:", output.get_text(" "))
+    ]
+    assert not warnings, f"{page.path}: cell outputs show Python warnings:\n" + "\n".join(warnings)

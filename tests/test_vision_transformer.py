@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-import warnings
 
 import pytest
 import torch
 from torch import nn
 
+from torch_reference import random_transformers_model
 from transformer_book.vision_transformer import PatchEmbedding, VisionTransformer, patchify, vit_from_huggingface
 
 BATCH, CHANNELS, SIZE, PATCH, D_MODEL = 3, 3, 12, 4, 16
@@ -159,9 +159,6 @@ def test_patchify_refuses_a_patch_size_that_does_not_tile_the_image() -> None:
 
 def random_hf_vit(**changes: object) -> nn.Module:
     """A random transformers ViT unlike the chapter's: colour, odd head width, random biases and LayerNorms."""
-    with warnings.catch_warnings():  # transformers imports tqdm.auto, which warns where ipywidgets is missing
-        warnings.simplefilter("ignore")
-        from transformers import ViTConfig, ViTForImageClassification
     settings: dict[str, object] = dict(
         image_size=12,
         patch_size=3,
@@ -172,13 +169,7 @@ def random_hf_vit(**changes: object) -> nn.Module:
         num_attention_heads=3,
         intermediate_size=40,
     )
-    settings.update(changes)
-    torch.manual_seed(0)
-    model: nn.Module = ViTForImageClassification(ViTConfig(**settings)).double().eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.1)
-    return model
+    return random_transformers_model("ViTForImageClassification", "ViTConfig", **{**settings, **changes})
 
 
 @pytest.mark.parametrize("eps", [1e-12, 1e-6])

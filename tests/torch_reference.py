@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+import warnings
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -21,3 +22,14 @@ def nudge(module: M, seed: int = 0) -> M:
         for parameter in module.parameters():
             parameter.add_(0.1 * torch.randn(parameter.shape, generator=generator))
     return module
+
+
+def random_transformers_model(model_class: str, config_class: str, **settings: Any) -> nn.Module:
+    """transformers' model_class built from config_class(**settings): random weights drawn by transformers
+    (nothing downloaded), nudged, in float64 and eval mode."""
+    with warnings.catch_warnings():  # transformers imports tqdm.auto, which warns where ipywidgets is missing
+        warnings.simplefilter("ignore")
+        import transformers
+    torch.manual_seed(0)
+    model: nn.Module = getattr(transformers, model_class)(getattr(transformers, config_class)(**settings))
+    return nudge(model).double().eval()
