@@ -14,7 +14,6 @@ from transformer_book.label_smoothing import LabelSmoothingLoss
 from transformer_book.mixture_of_experts import (
     LoadBalancedLoss,
     MixtureOfExperts,
-    SwiGLUFeedForward,
     TopKRouter,
     active_parameters,
     expert_capacity,
@@ -210,13 +209,13 @@ def test_the_mixtral_loader_refuses_what_it_cannot_copy() -> None:
         load_mixtral_sparse_moe(MixtureOfExperts(8, 12, num_experts=4, top_k=2, activation="swiglu"), nn.Linear(8, 8))
 
 
-def test_swiglu_is_silu_of_w1_times_w3_through_w2() -> None:
-    torch.manual_seed(6)
-    ffn = SwiGLUFeedForward(4, 6)
-    x = torch.randn(3, 4)
-    expected = (torch.nn.functional.silu(x @ ffn.w1.weight.T) * (x @ ffn.w3.weight.T)) @ ffn.w2.weight.T
-    torch.testing.assert_close(ffn(x), expected)
-    assert all(module.bias is None for module in (ffn.w1, ffn.w2, ffn.w3))
+def test_swiglu_experts_are_the_books_feed_forward_without_biases() -> None:
+    layer = MixtureOfExperts(8, 12, num_experts=3, top_k=2, activation="swiglu")
+    for expert in layer.experts:
+        assert isinstance(expert, PositionwiseFeedForward) and expert.linear_3 is not None
+        assert all(linear.bias is None for linear in (expert.linear_1, expert.linear_2, expert.linear_3))
+    with pytest.raises(ValueError, match="unknown activation 'tanh'"):
+        MixtureOfExperts(8, 12, num_experts=3, top_k=2, activation="tanh")
 
 
 def test_use_experts_replaces_every_feed_forward_with_the_same_active_parameters() -> None:
