@@ -15,6 +15,7 @@ from transformer_book.decoder_only import (
     LanguageModelBatch,
     bigram_probabilities,
     language_model_batches,
+    language_model_optimizer,
     load_torch_decoder_only_layer,
     loss_by_position,
     random_windows,
@@ -175,6 +176,21 @@ def test_warmup_cosine_rises_peaks_and_ends_at_the_floor() -> None:
     assert rates[0] == pytest.approx(0.1) and rates[9] == pytest.approx(1.0)
     assert all(later <= earlier for earlier, later in zip(rates[10:], rates[11:]))
     assert warmup_cosine(100, warmup=10, total=100) == pytest.approx(0.1)
+
+
+def test_language_model_optimizer_decays_only_the_matrices_and_follows_warmup_cosine() -> None:
+    model = DecoderOnlyTransformer(20, d_model=8, num_heads=2, num_layers=1, d_ff=16, max_len=6)
+    optimizer, scheduler = language_model_optimizer(model, lr=0.01, steps=50, warmup=5)
+    decayed, kept = optimizer.param_groups
+    assert decayed["weight_decay"] == 0.1 and kept["weight_decay"] == 0.0 and decayed["betas"] == (0.9, 0.95)
+    assert all(p.dim() >= 2 for p in decayed["params"]) and all(p.dim() < 2 for p in kept["params"])
+    assert len(decayed["params"]) + len(kept["params"]) == len(list(model.parameters()))
+    rates = []
+    for _ in range(50):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert rates == pytest.approx([0.01 * warmup_cosine(step, warmup=5, total=50) for step in range(50)])
 
 
 def test_generate_continues_a_prompt_as_greedy_recomputation_does() -> None:

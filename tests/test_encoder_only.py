@@ -237,6 +237,30 @@ def test_the_loaded_bert_gives_transformers_logits_in_float64_with_and_without_p
     assert ours.head.embedding is ours.encoder.token_embedding and not ours.training
 
 
+def test_the_loaded_bert_reads_segment_ids_as_transformers_reads_token_type_ids() -> None:
+    theirs = random_hf_bert(type_vocab_size=3)
+    ours = bert_from_huggingface(theirs)
+    generator = torch.Generator().manual_seed(2)
+    tokens = torch.randint(1, 53, (2, 20), generator=generator)
+    segments = torch.randint(0, 3, (2, 20), generator=generator)
+    with torch.no_grad():
+        with_segments = ours(tokens, segment_ids=segments)
+        assert (with_segments - theirs(tokens, token_type_ids=segments).logits).abs().max().item() < 1e-10
+        assert (with_segments - ours(tokens)).abs().max().item() > 1e-3  # the segments are read, not ignored
+        assert torch.equal(ours(tokens, segment_ids=torch.zeros_like(tokens)), ours(tokens))
+
+
+def test_segment_ids_that_do_not_fit_are_refused() -> None:
+    ours = bert_from_huggingface(random_hf_bert())
+    tokens = torch.randint(1, 53, (2, 6), generator=torch.Generator().manual_seed(3))
+    for wrong in (torch.full((2, 6), 2), torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 6)):
+        with pytest.raises(ValueError, match=r"segment_ids must be integers in \[0, 2\)"):
+            ours(tokens, segment_ids=wrong)
+    plain = EncoderOnlyModel(11, d_model=8, num_heads=2, num_layers=1, d_ff=16, max_len=8)
+    with pytest.raises(ValueError, match="no segment embedding"):
+        plain(torch.ones(1, 4, dtype=torch.long), segment_ids=torch.zeros(1, 4, dtype=torch.long))
+
+
 @pytest.mark.parametrize(
     ("change", "named"),
     [
