@@ -398,6 +398,13 @@ def test_kv_cache_of_llama_3_8b() -> None:
     assert kv_cache_bytes(num_kv_heads=1, **sizes) == 2**27
 
 
+def meta_llama(**changes: object) -> LlamaForCausalLM:
+    """A one-layer transformers Llama on the meta device (no memory), with changes to its config."""
+    with torch.device("meta"):
+        return LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                            num_attention_heads=4, **changes))
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
@@ -412,35 +419,14 @@ def test_kv_cache_of_llama_3_8b() -> None:
     ],
 )
 def test_loader_refuses_what_the_book_cannot_represent(changes: dict[str, object], message: str) -> None:
-    with torch.device("meta"):
-        theirs = LlamaForCausalLM(
-            LlamaConfig(
-                vocab_size=16,
-                hidden_size=32,
-                intermediate_size=48,
-                num_hidden_layers=1,
-                num_attention_heads=4,
-                **changes,
-            )
-        )
+    theirs = meta_llama(**changes)
     with pytest.raises(ValueError, match=re.escape("DecoderOnlyTransformer cannot represent this Llama: ")) as error:
         llama_from_huggingface(theirs)
     assert message in str(error.value)
 
 
 def test_loader_names_every_obstacle_at_once() -> None:
-    with torch.device("meta"):
-        theirs = LlamaForCausalLM(
-            LlamaConfig(
-                vocab_size=16,
-                hidden_size=32,
-                intermediate_size=48,
-                num_hidden_layers=1,
-                num_attention_heads=4,
-                hidden_act="relu",
-                attention_bias=True,
-            )
-        )
+    theirs = meta_llama(hidden_act="relu", attention_bias=True)
     with pytest.raises(ValueError) as error:
         llama_from_huggingface(theirs)
     assert str(error.value).count(";") == 1
