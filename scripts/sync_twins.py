@@ -2,7 +2,8 @@
 
 First, each chapter's hidden bootstrap cell is brought up to date (it installs the package release
 named by pyproject.toml's version, from the repository of _config.yml). The twin carries no outputs (it is regenerated from the text notebook), so
-Colab opens a clean notebook and git diffs stay small::
+Colab opens a clean notebook and git diffs stay small. Its text is Markdown that Colab renders and
+the cells the page collapses are folded (scripts/colab_twin.py)::
 
     python scripts/sync_twins.py          # write the twins
     python scripts/sync_twins.py --check  # exit 1 if a twin is stale or missing
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 
 import jupytext
+from colab_twin import colab_notebook
 
 from chapters import BOOK, book_chapters, colab_bootstrap, write_or_check
 
@@ -36,7 +38,7 @@ def with_current_bootstrap(chapter: Path) -> str:
 
 
 def twin_text(chapter: Path) -> str:
-    notebook = jupytext.read(chapter)
+    notebook = colab_notebook(jupytext.read(chapter))
     # Stable cell ids (nbformat draws random ones), so a twin changes only when its chapter does.
     for index, cell in enumerate(notebook.cells):
         cell.id = f"cell-{index}"

@@ -7,12 +7,14 @@ Every test reads the one build of the session (the ``book_build`` fixture); none
 from __future__ import annotations
 
 import functools
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urljoin, urlsplit
 
+import colab_twin
 import pytest
 from bs4 import BeautifulSoup, Tag
 
@@ -248,3 +250,18 @@ def test_no_output_shows_a_python_warning(book_build: BookBuild, page: Page) -> 
         for match in re.finditer(r"\b[A-Z]\w*Warning\b:", output.get_text(" "))
     ]
     assert not warnings, f"{page.path}: cell outputs show Python warnings:\n" + "\n".join(warnings)
+
+
+def test_every_website_link_of_the_colab_twins_resolves_in_the_built_site(book_build: BookBuild) -> None:
+    """The twins link citations, terms and cross-references to the website: each page and anchor exists."""
+    site = colab_twin.site_url()
+    broken = []
+    for twin in colab_twin.paths_of():
+        for cell in json.loads(twin.read_text())["cells"]:
+            if cell["cell_type"] != "markdown":
+                continue
+            for target in re.findall(r"\]\((" + re.escape(site) + r"[^)\s]*)\)", "".join(cell["source"])):
+                reason = broken_reason(book_build.html, "index.html", target.removeprefix(site))
+                if reason:
+                    broken.append(f"{twin.name}: {target}: {reason}")
+    assert not broken, f"{len(broken)} website link(s) of the Colab twins do not resolve:\n" + "\n".join(broken[:20])

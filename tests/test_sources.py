@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import colab_twin
 import jupytext
 import pytest
 
@@ -97,6 +98,40 @@ def test_colab_twin_is_in_sync_and_has_no_outputs(chapter: Path) -> None:
     cells = json.loads(twin.read_text())["cells"]
     with_outputs = [index for index, cell in enumerate(cells) if cell.get("outputs") or cell.get("execution_count")]
     assert not with_outputs, f"{twin.name} carries outputs in cells {with_outputs}"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=ids)
+def test_colab_twin_shows_no_myst_and_folds_what_the_page_hides(chapter: Path) -> None:
+    """Colab renders Markdown, not MyST, and folds only form cells: the twin's text holds no role,
+    directive or label, and a code cell is folded exactly when the page collapses or removes it or
+    it is a solution; folded or not, it is the chapter's code."""
+    twin = json.loads(chapter.with_suffix(".ipynb").read_text())["cells"]
+    left = {
+        index: colab_twin.myst_left("".join(cell["source"]))
+        for index, cell in enumerate(twin)
+        if cell["cell_type"] == "markdown"
+    }
+    assert not any(left.values()), f"{chapter.name}: MyST left in the twin's Markdown: " + str(
+        {index: found for index, found in left.items() if found}
+    )
+    cells = jupytext.read(chapter).cells
+    code = [cell for cell in cells if cell.cell_type == "code"]
+    twin_code = [cell for cell in twin if cell["cell_type"] == "code"]
+    assert [colab_twin.unfolded_source(cell) for cell in twin_code] == [cell.source for cell in code], (
+        f"{chapter.name}: the twin's code cells are not the chapter's"
+    )
+    solutions, inside = set(), False
+    for cell in cells:
+        if cell.cell_type == "markdown":
+            for directive in re.findall(r"^```\{(solution-start|solution-end)\}", cell.source, re.M):
+                inside = directive == "solution-start"
+        elif inside:
+            solutions.add(id(cell))
+    for ours, theirs in zip(code, twin_code):
+        hidden = bool(set(ours.metadata.get("tags", [])) & {"hide-input", "remove-cell"}) or id(ours) in solutions
+        assert colab_twin.is_folded(theirs) == hidden, (
+            f"{chapter.name}: a cell that starts {ours.source[:60]!r} is {'not ' if hidden else ''}folded in the twin"
+        )
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=ids)

@@ -1,0 +1,337 @@
+"""Make a chapter's Colab twin read like its page.
+
+Colab renders Markdown, not MyST, and folds no cell by tag. ``colab_notebook`` takes the jupytext
+notebook of a chapter and returns the twin that Colab should show:
+
+- every MyST role of the text becomes Markdown that Colab renders: a citation "(Author, year)"
+  linked to the bibliography page, a cross-reference a link to the page on the website, a glossary
+  term the word linked to the glossary, a glued value the name that its cell prints (the book's
+  ``glue`` prints ``name = value`` where myst-nb is missing);
+- admonitions become titled blockquotes, answers (dropdown admonitions) ``<details>`` blocks,
+  exercises blockquotes, figures a line that names the figure its cell drew;
+- code cells that the page collapses (``hide-input``), removes (``remove-cell``: hidden checks and
+  the setup cell) or folds (solutions) become Colab form cells, ``#@title`` and ``cellView: form``,
+  shown as one line that says what the cell does; they still run.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from pathlib import Path
+from typing import Any
+
+from chapters import BOOK, repository_url
+
+FOLDED_TAGS = ("hide-input", "remove-cell")
+TITLE = "#@title "
+
+
+def site_url() -> str:
+    """The website's root, https://<owner>.github.io/<name>/, from the repository URL."""
+    owner, name = repository_url().removeprefix("https://github.com/").split("/")[:2]
+    return f"https://{owner}.github.io/{name}/"
+
+
+def page_url(slug: str, anchor: str = "") -> str:
+    return f"{site_url()}book/{slug}.html" + (f"#{anchor}" if anchor else "")
+
+
+# --- what the roles point at, read from the book's sources -------------------------------------------
+
+
+@functools.cache
+def page_titles() -> dict[str, str]:
+    """Each page's slug -> its title (the first level-1 heading)."""
+    titles = {}
+    for page in BOOK.glob("*.md"):
+        prose = re.sub(r"^```\{code-cell\}.*?^```$", "", page.read_text(), flags=re.M | re.S)
+        heading = re.search(r"^# (.+)$", prose, re.M)
+        titles[page.stem] = heading[1].strip() if heading else page.stem
+    return titles
+
+
+@functools.cache
+def labels() -> dict[str, tuple[str, str]]:
+    """Each label of the book -> (the page it is on, the text a reference to it shows)."""
+    found: dict[str, tuple[str, str]] = {}
+    for page in BOOK.glob("*.md"):
+        text = page.read_text()
+        for match in re.finditer(r"^\((\S+)\)=\n+#+ (.+)$", text, re.M):
+            found[match[1]] = (page.stem, match[2].strip())
+        for match in re.finditer(r"^```\{exercise\} (.+)\n:label: (\S+)", text, re.M):
+            found[match[2]] = (page.stem, f"the exercise \u201c{match[1].strip()}\u201d")
+        for match in re.finditer(r"^:name: (\S+)", text, re.M):
+            found.setdefault(match[1], (page.stem, "the figure"))
+    return found
+
+
+LATEX = {
+    r"\"u": "ü",
+    r"\"o": "ö",
+    r"\"a": "ä",
+    r"\'e": "é",
+    r"\'a": "á",
+    r"\`e": "è",
+    r"\L": "Ł",
+    r"\l": "ł",
+    r"\o": "ø",
+    r"\c{c}": "ç",
+    r"\c c": "ç",
+    r"\~n": "ñ",
+    r"\ss": "ß",
+}
+
+
+def plain(latex: str) -> str:
+    """BibTeX text without its braces and accent commands."""
+    for command, letter in LATEX.items():
+        latex = latex.replace("{" + command + "}", letter).replace(command, letter)
+    return re.sub(r"[{}]", "", latex).strip()
+
+
+@functools.cache
+def references() -> dict[str, str]:
+    """Each BibTeX key -> "Surname", "Surname and Surname" or "Surname et al.", then ", year"."""
+    entries = {}
+    text = (BOOK / "references.bib").read_text()
+    for match in re.finditer(r"@\w+\{([^,\s]+),(.*?)\n\}", text, re.S):
+        key, body = match[1], match[2]
+        author = re.search(r"\bauthor\s*=\s*\{(.+?)\},?\s*\n", body)
+        year = re.search(r"\byear\s*=\s*\{?(\d{4})", body)
+        names = [plain(name) for name in re.split(r"\s+and\s+", author[1])] if author else ["Anonymous"]
+        surnames = [name.split(",")[0].strip() if "," in name else name.split()[-1] for name in names]
+        if len(surnames) == 1 or surnames[1:] == ["others"]:
+            who = surnames[0] + (" et al." if len(surnames) > 1 else "")
+        elif len(surnames) == 2:
+            who = f"{surnames[0]} and {surnames[1]}"
+        else:
+            who = f"{surnames[0]} et al."
+        entries[key] = f"{who}, {year[1] if year else 'n.d.'}"
+    return entries
+
+
+# --- the text ---------------------------------------------------------------------------------------
+
+
+def _target(content: str) -> tuple[str | None, str]:
+    """A role's content "text <target>" or "target" -> (text or None, target)."""
+    explicit = re.fullmatch(r"(.*?)\s*<([^<>]+)>", content, re.S)
+    return (explicit[1], explicit[2]) if explicit else (None, content)
+
+
+def _citation(keys: str, textual: bool) -> str:
+    bibliography = page_url("bibliography")
+    cited = []
+    for key in (key.strip() for key in keys.split(",")):
+        if key not in references():
+            raise ValueError(f"{{cite}} names {key!r}, which book/references.bib does not hold")
+        who, year = references()[key].rsplit(", ", 1)
+        cited.append(f"[{who} ({year})]({bibliography})" if textual else f"[{who}, {year}]({bibliography})")
+    return "; ".join(cited) if textual else "(" + "; ".join(cited) + ")"
+
+
+def _role(match: re.Match[str]) -> str:
+    role, content = match[1], match[2]
+    text, target = _target(content)
+    if role == "doc":
+        if target not in page_titles():
+            raise ValueError(f"{{doc}} names {target!r}, which is no page of book/")
+        return f"[{text or page_titles()[target]}]({page_url(target)})"
+    if role in ("ref", "numref"):
+        if target not in labels():
+            raise ValueError(f"{{{role}}} names {target!r}, which no page of book/ labels")
+        page, shown = labels()[target]
+        if text:
+            shown = text.replace("%s", "").strip() or shown
+        return f"[{shown}]({page_url(page, target)})"
+    if role == "term":
+        anchor = "term-" + re.sub(r"[^a-z0-9]+", "-", target.lower()).strip("-")
+        return f"[{text or target}]({page_url('glossary', anchor)})"
+    if role in ("cite:p", "cite:t", "cite"):
+        return _citation(target, textual=role == "cite:t")
+    if role in ("glue:text", "glue", "glue:"):
+        return f"**`{content.split(':')[0]}`**"
+    if role == "math":
+        return f"${content}$"
+    raise ValueError(f"the twin writer does not know the role {{{role}}}")
+
+
+ROLE = re.compile(r"\{([a-z]+(?::[a-z]*)?)\}`([^`]+)`")
+
+
+def _options_and_body(lines: list[str]) -> tuple[dict[str, str], list[str]]:
+    """A directive's ":key: value" lines, then its body (without the blank line between)."""
+    options = {}
+    while lines and re.match(r"^:[\w-]+:", lines[0]):
+        key, _, value = lines.pop(0)[1:].partition(":")
+        options[key] = value.strip()
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    return options, lines
+
+
+def _quote(lines: list[str]) -> list[str]:
+    return [f"> {line}" if line.strip() else ">" for line in lines]
+
+
+def _directive(name: str, argument: str, lines: list[str]) -> list[str]:
+    options, body = _options_and_body(lines)
+    if name == "admonition":
+        if "dropdown" in options.get("class", ""):
+            return [f"<details><summary>{argument}</summary>", "", *body, "", "</details>"]
+        return _quote([f"**{argument}**", "", *body])
+    if name in ("note", "tip", "warning", "important"):
+        return _quote([f"**{name.capitalize()}**", "", *body])
+    if name == "exercise":
+        return _quote([f"**Exercise: {argument}**", "", *body])
+    if name == "glue:figure":
+        return _quote([f"**Figure** (drawn by the cell above that glues `{argument}`): " + " ".join(body)])
+    if name in ("glue:", "glue"):
+        return _quote([f"The table `{argument}`, shown by the cell above that glues it."])
+    raise ValueError(f"the twin writer does not know the directive {{{name}}}")
+
+
+def colab_markdown(source: str, in_solution: bool = False) -> tuple[str, bool]:
+    """A chapter's Markdown cell as Markdown that Colab renders, and whether a solution is still
+    open at its end (``in_solution`` says whether one was open at its start). The text of a
+    solution is folded into a ``<details>`` block."""
+    lines = source.splitlines()
+    shown: list[str] = []
+    folded: list[str] = []
+
+    def close_fold() -> None:
+        if any(line.strip() for line in folded):
+            shown.extend(["<details><summary>Show the solution</summary>", "", *folded, "", "</details>"])
+        folded.clear()
+
+    while lines:
+        line = lines.pop(0)
+        if re.fullmatch(r"\(\S+\)=", line):
+            continue  # a label: the website's anchor, nothing to show
+        opening = re.match(r"^(`{3,}|:{3,})\{([\w:-]*)\}\s*(.*)$", line)
+        if not opening:
+            (folded if in_solution else shown).append(line)
+            continue
+        fence, name, argument = opening[1], opening[2], opening[3].strip()
+        body = []
+        while lines and not re.fullmatch(re.escape(fence) + r"\s*", lines[0]):
+            body.append(lines.pop(0))
+        if not lines:
+            raise ValueError(f"the directive {{{name}}} is not closed by {fence}")
+        lines.pop(0)
+        if name == "solution-start":
+            shown.append("**Solution**, folded: open it once you have tried.")
+            in_solution = True
+        elif name == "solution-end":
+            close_fold()
+            in_solution = False
+        else:
+            (folded if in_solution else shown).extend(_directive(name, argument, body))
+    close_fold()
+    text = ROLE.sub(_role, "\n".join(shown))
+    return text.strip("\n"), in_solution
+
+
+# --- the code ---------------------------------------------------------------------------------------
+
+
+def cell_title(source: str, tags: list[str]) -> str:
+    """The one line that a folded cell shows in Colab: what the cell does."""
+    if source.startswith("# Colab only"):
+        return "Colab setup: install the book's companion package"
+    if "remove-cell" in tags:
+        return "Hidden checks: the claims of the text, asserted (run it)"
+    first = source.lstrip().splitlines()[0] if source.strip() else ""
+    if first.startswith("#") and not first.startswith("#!"):
+        return first.lstrip("#: ").rstrip(".")
+    try:
+        tree = ast.parse("\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))))
+    except SyntaxError:
+        tree = ast.Module(body=[], type_ignores=[])
+    defined = [node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.ClassDef)]
+    if defined:
+        names = [f"`{name}`" for name in defined]
+        return "Defines " + (", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0])
+    glued = [name + ("…" if opened else "") for name, opened in re.findall(r"\bglue\(\s*f?\"([^\"{]+)(\{?)", source)]
+    drawn = "plt." in source or "subplots(" in source
+    if glued:
+        shown = ", ".join(f"`{name}`" for name in glued[:3]) + (" and more" if len(glued) > 3 else "")
+        return ("Draws and glues " if drawn else "Computes and glues ") + shown
+    if drawn:
+        return "Draws the figure"
+    if all(isinstance(node, ast.Import | ast.ImportFrom) or _is_setup(node) for node in tree.body):
+        return "Imports and settings"
+    return "Computes the table or printout shown below"
+
+
+def _is_setup(node: ast.stmt) -> bool:
+    """An assignment of a constant, or a call statement (use_book_style()), as setup cells hold."""
+    return isinstance(node, ast.Expr | ast.Assign) and not isinstance(getattr(node, "value", None), ast.Compare)
+
+
+def fold(cell: Any, title: str) -> None:
+    """Make a code cell a Colab form cell that shows only its title."""
+    if cell.source.startswith("%%"):
+        raise ValueError(f"a cell magic must stay on a cell's first line; cannot fold {cell.source[:40]!r}")
+    cell.source = f"{TITLE}{title}\n" + cell.source
+    cell.metadata["cellView"] = "form"
+
+
+GLUE_NOTE = (
+    "*In Colab, numbers that the website's text shows are written as **`name`** here: the cell that "
+    "computes one prints `name = value`. Cells that the website collapses are folded into one line "
+    "that says what they do; double-click to open them. Run everything with Runtime → Run all.*"
+)
+
+
+def colab_notebook(notebook: Any) -> Any:
+    """The chapter's jupytext notebook made into its Colab twin, in place; returned for convenience."""
+    in_solution, exercise, exercise_titles = False, "", {}
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            for match in re.finditer(r"^```\{exercise\} (.+)\n:label: (\S+)", cell.source, re.M):
+                exercise_titles[match[2]] = match[1].strip()
+            for match in re.finditer(r"^```\{solution-start\} (\S+)", cell.source, re.M):
+                exercise = exercise_titles.get(match[1], match[1])
+            cell.source, in_solution = colab_markdown(cell.source, in_solution)
+            if re.match(r"# ", cell.source) and GLUE_NOTE not in cell.source:
+                first, _, rest = cell.source.partition("\n")
+                cell.source = first + "\n\n" + GLUE_NOTE + ("\n" + rest if rest else "")
+        elif cell.cell_type == "code":
+            tags = list(cell.metadata.get("tags", []))
+            if in_solution:
+                fold(cell, f"Solution: {exercise}")
+            elif any(tag in tags for tag in FOLDED_TAGS):
+                fold(cell, cell_title(cell.source, tags))
+    notebook.cells = [cell for cell in notebook.cells if cell.cell_type != "markdown" or cell.source.strip()]
+    return notebook
+
+
+def _source(cell: Any) -> str:
+    """A cell's source as one string (a notebook file may store it as a list of lines)."""
+    source = cell["source"]
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def is_folded(cell: Any) -> bool:
+    return bool(cell.get("metadata", {}).get("cellView") == "form" and _source(cell).startswith(TITLE))
+
+
+def unfolded_source(cell: Any) -> str:
+    """A twin's code cell as the chapter holds it (its title line taken off)."""
+    source = _source(cell)
+    return source.split("\n", 1)[1] if is_folded(cell) else source
+
+
+MYST_LEFT = re.compile(r"\{[a-z]+(?::[a-z]*)?\}`|^(`{3,}|:{3,})\{|^\(\S+\)=$", re.M)
+
+
+def myst_left(markdown: str) -> list[str]:
+    """MyST syntax that a twin's Markdown still holds (a role, a directive fence or a label)."""
+    return [match[0] for match in MYST_LEFT.finditer(markdown)]
+
+
+def paths_of(book: Path = BOOK) -> list[Path]:
+    return sorted(book.glob("*.ipynb"))

@@ -1,0 +1,126 @@
+"""The Colab twin's writer (scripts/colab_twin.py) on small pieces of MyST."""
+
+from __future__ import annotations
+
+import colab_twin
+import jupytext
+import nbformat
+import pytest
+from colab_twin import colab_markdown, colab_notebook, page_url
+
+
+def markdown(source: str) -> str:
+    text, still_open = colab_markdown(source)
+    assert not still_open
+    return text
+
+
+def test_a_citation_becomes_author_and_year_linked_to_the_bibliography() -> None:
+    bibliography = page_url("bibliography")
+    assert markdown("as {cite:p}`vaswani2017attention` wrote") == f"as ([Vaswani et al., 2017]({bibliography})) wrote"
+    assert (
+        markdown("{cite:t}`hochreiter1997long` showed") == f"[Hochreiter and Schmidhuber (1997)]({bibliography}) showed"
+    )
+    both = markdown("{cite:p}`vaswani2017attention,hochreiter1997long`")
+    assert both.count(bibliography) == 2 and "; " in both
+
+
+def test_cross_references_become_links_to_the_website() -> None:
+    assert markdown("see {doc}`decoder`") == f"see [The decoder]({page_url('decoder')})"
+    assert markdown("see {doc}`its chapter <decoder>`") == f"see [its chapter]({page_url('decoder')})"
+    assert markdown("in {ref}`its fused path <mha-fused-path>`") == (
+        f"in [its fused path]({page_url('multi-head-attention', 'mha-fused-path')})"
+    )
+    assert markdown("{numref}`fig-lookup-temperature` shows") == (
+        f"[the figure]({page_url('attention-as-lookup', 'fig-lookup-temperature')}) shows"
+    )
+    assert (
+        markdown("a {term}`key-value cache`") == f"a [key-value cache]({page_url('glossary', 'term-key-value-cache')})"
+    )
+
+
+def test_a_glued_value_becomes_the_name_its_cell_prints() -> None:
+    assert markdown("it is {glue:text}`gpt_loss:.3f` nats") == "it is **`gpt_loss`** nats"
+
+
+def test_admonitions_answers_exercises_and_labels() -> None:
+    assert markdown("(my-label)=\n## A section") == "## A section"
+    assert markdown(":::{admonition} In this chapter\n:class: tip\n- one\n- two\n:::") == (
+        "> **In this chapter**\n>\n> - one\n> - two"
+    )
+    assert markdown(":::{admonition} Answer\n:class: dropdown\nBecause.\n:::") == (
+        "<details><summary>Answer</summary>\n\nBecause.\n\n</details>"
+    )
+    assert markdown("```{exercise} Try it\n:label: ex-try\n\nDo this.\n```") == "> **Exercise: Try it**\n>\n> Do this."
+
+
+def test_a_solution_is_folded_also_across_cells() -> None:
+    text, still_open = colab_markdown("```{solution-start} ex-try\n:class: dropdown\n```\n\nThe answer.")
+    assert still_open and text.startswith("**Solution**, folded") and "<details>" in text and "The answer." in text
+    text, still_open = colab_markdown("More of it.\n\n```{solution-end}\n```\n\n## Next", in_solution=True)
+    assert not still_open and text.index("More of it.") < text.index("</details>") < text.index("## Next")
+
+
+def test_unknown_syntax_and_dangling_references_fail_loudly() -> None:
+    with pytest.raises(ValueError, match="does not know the role"):
+        markdown("{kbd}`Ctrl`")
+    with pytest.raises(ValueError, match="no page of book/"):
+        markdown("{doc}`no-such-chapter`")
+    with pytest.raises(ValueError, match="references.bib does not hold"):
+        markdown("{cite:p}`nobody2099`")
+    with pytest.raises(ValueError, match="not closed"):
+        markdown(":::{admonition} Open\nnever closed")
+
+
+def test_the_notebook_folds_hidden_cells_and_solutions_and_keeps_their_code() -> None:
+    text = """# A chapter
+
+```{code-cell} ipython3
+:tags: [hide-input]
+
+# Draw the heatmap of the weights
+x = 1
+```
+
+```{code-cell} ipython3
+y = 2
+```
+
+```{code-cell} ipython3
+:tags: [remove-cell]
+
+assert y == 2
+```
+
+```{exercise} Try it
+:label: ex-try
+
+Do this.
+```
+
+```{solution-start} ex-try
+:class: dropdown
+```
+
+```{code-cell} ipython3
+z = 3
+```
+
+```{solution-end}
+```
+"""
+    notebook = colab_notebook(jupytext.reads(text, fmt="myst"))
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert [colab_twin.is_folded(cell) for cell in code] == [True, False, True, True]
+    assert code[0].source.startswith("#@title Draw the heatmap of the weights\n")
+    assert code[3].source == "#@title Solution: Try it\nz = 3"
+    assert [colab_twin.unfolded_source(cell) for cell in code][1:] == ["y = 2", "assert y == 2", "z = 3"]
+    assert colab_twin.GLUE_NOTE in notebook.cells[0].source
+    nbformat.validate(nbformat.from_dict(notebook))
+
+
+def test_cell_titles_say_what_a_cell_does() -> None:
+    assert colab_twin.cell_title("def f():\n    pass\n\nclass G:\n    pass", []) == "Defines `f` and `G`"
+    assert colab_twin.cell_title('glue("a_b", 1)\nplt.plot([1])', []) == "Draws and glues `a_b`"
+    assert colab_twin.cell_title("import torch\nuse_book_style()", []) == "Imports and settings"
+    assert colab_twin.cell_title("check('x', 1, at_least=0)", ["remove-cell"]).startswith("Hidden checks")
