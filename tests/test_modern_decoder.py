@@ -401,8 +401,16 @@ def test_kv_cache_of_llama_3_8b() -> None:
 def meta_llama(**changes: object) -> LlamaForCausalLM:
     """A one-layer transformers Llama on the meta device (no memory), with changes to its config."""
     with torch.device("meta"):
-        return LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
-                                            num_attention_heads=4, **changes))
+        return LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=16,
+                hidden_size=32,
+                intermediate_size=48,
+                num_hidden_layers=1,
+                num_attention_heads=4,
+                **changes,
+            )
+        )
 
 
 @pytest.mark.parametrize(
