@@ -134,8 +134,14 @@ def memorised(template: ChatTemplate) -> DecoderOnlyTransformer:
     torch.manual_seed(0)
     model = DecoderOnlyTransformer(template.vocab_size, d_model=32, num_heads=2, num_layers=1, d_ff=64, max_len=64)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    train(model, instruction_batches(template, EXAMPLES, batch_size=3, seed=0), steps=150, optimizer=optimizer,
-          loss_function=LabelSmoothingLoss(smoothing=0.0, ignore_index=IGNORE_INDEX), desc=None)
+    train(
+        model,
+        instruction_batches(template, EXAMPLES, batch_size=3, seed=0),
+        steps=150,
+        optimizer=optimizer,
+        loss_function=LabelSmoothingLoss(smoothing=0.0, ignore_index=IGNORE_INDEX),
+        desc=None,
+    )
     return model
 
 
@@ -144,8 +150,9 @@ def test_generation_stops_at_the_end_token(template: ChatTemplate, memorised: De
     assert respond(memorised, template, prompts, max_new_tokens=12) == [e.response for e in EXAMPLES]
     for example in EXAMPLES:  # left to go on, the model writes <|end|> right after the response
         prompt = torch.tensor([template.encode_prompt(example.prompt)])
-        ids = generate(memorised, None, prompt=prompt, max_new_tokens=12, choose=lambda logits: logits.argmax(dim=-1),
-                       end_id=None)[0]
+        ids = generate(
+            memorised, None, prompt=prompt, max_new_tokens=12, choose=lambda logits: logits.argmax(dim=-1), end_id=None
+        )[0]
         answer = template.tokenizer.encode(example.response)
         assert ids[: len(answer) + 1] == [*answer, template.end_id] and len(ids) == 12
 
