@@ -67,6 +67,14 @@ def labels() -> dict[str, tuple[str, str]]:
     return found
 
 
+@functools.cache
+def glossary_terms() -> dict[str, str]:
+    """Each term of the glossary, in lower case -> as the glossary spells it."""
+    text = (BOOK / "glossary.md").read_text()
+    block = text[text.index("```{glossary}") : text.rindex("```")]
+    return {term.lower(): term for term in re.findall(r"^(\S[^\n]*)$", block, re.M)[1:]}
+
+
 LATEX = {
     r"\"u": "ü",
     r"\"o": "ö",
@@ -147,8 +155,12 @@ def _role(match: re.Match[str]) -> str:
             shown = text.replace("%s", "").strip() or shown
         return f"[{shown}]({page_url(page, target)})"
     if role == "term":
-        anchor = "term-" + re.sub(r"[^a-z0-9]+", "-", target.lower()).strip("-")
-        return f"[{text or target}]({page_url('glossary', anchor)})"
+        target = " ".join(target.split())  # a term may break across lines of the source
+        if target.lower() not in glossary_terms():
+            raise ValueError(f"{{term}} names {target!r}, which book/glossary.md does not define")
+        # Sphinx matches a term in any case but makes its anchor from the glossary's own spelling.
+        anchor = "term-" + re.sub(r"[^A-Za-z0-9]+", "-", glossary_terms()[target.lower()]).strip("-")
+        return f"[{text or content}]({page_url('glossary', anchor)})"
     if role in ("cite:p", "cite:t", "cite"):
         return _citation(target, textual=role == "cite:t")
     if role in ("glue:text", "glue", "glue:"):

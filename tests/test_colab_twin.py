@@ -66,6 +66,8 @@ def test_unknown_syntax_and_dangling_references_fail_loudly() -> None:
         markdown("{kbd}`Ctrl`")
     with pytest.raises(ValueError, match="no page of book/"):
         markdown("{doc}`no-such-chapter`")
+    with pytest.raises(ValueError, match="glossary.md does not define"):
+        markdown("{term}`flux capacitor`")
     with pytest.raises(ValueError, match="references.bib does not hold"):
         markdown("{cite:p}`nobody2099`")
     with pytest.raises(ValueError, match="not closed"):
