@@ -18,6 +18,7 @@ from transformer_book.explorables import (
     MemoryCalculator,
     SamplingExplorer,
     filtered_distribution,
+    fixed,
     format_estimate,
     memory_estimate,
 )
@@ -188,3 +189,7 @@ def test_calculator_shows_the_configuration_in_labelled_fields() -> None:
         assert f'<label for="{field.group(1)}">' in page
     assert format_estimate(memory_estimate(**CONFIGS[0]))["kv cache"] == "1,073,741,824 bytes (1.00 GiB)"
     assert format_estimate(memory_estimate(**CONFIGS[1]))["6ND"] == "2.263e+12"
+
+
+def test_fixed_rounds_ties_up_as_javascript_does() -> None:
+    assert (fixed(0.125, 2), fixed(0.135, 2), fixed(1 / 3, 3), fixed(2.0, 1)) == ("0.13", "0.14", "0.333", "2.0")

@@ -746,3 +746,153 @@ def test_quiz_answers_back_from_the_keyboard_offline(browser: Browser, book_buil
     assert kinds == {"choice", "number"}, f"{QUIZ_PAGE.path}: the quiz tested only {kinds} questions"
     assert not problems, f"{QUIZ_PAGE.path} from disk:{listed(problems)}"
     assert not violations, f"{QUIZ_PAGE.path}: axe-core, with the quiz's feedback showing:{listed(violations)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The explorables: moved from the keyboard, they show what Python computes from the same data
+
+#: The chapters that show each explorable.
+HEADS_AND_SAMPLING_PAGE = next(page for page in CHAPTERS if page.name == "decoder-only")
+MEMORY_PAGE = next(page for page in CHAPTERS if page.name == "modern-decoder")
+AXE_ON_EXPLORABLES = AXE_ON_QUIZZES.replace(".tb-quiz", ".tb-explore")
+#: Slider settings of the sampling explorer: temperature, top-k (None: off), top-p (None: off).
+SAMPLING_SETTINGS = [(0.5, 10, None), (1.5, None, 0.6), (1.0, 5, 0.5), (0.1, 3, 0.95)]
+
+
+def explorable_data(block: Any) -> Any:
+    return json.loads(block.get_attribute("data-explorable") or "null")
+
+
+def open_explorables(browser: Browser, page: Page, html_root: Path) -> tuple[BrowserContext, Tab, Network]:
+    network = Network()
+    context, tab = open_tab(browser, network)
+    tab.goto(page.html_file(html_root).as_uri(), wait_until="load")
+    return context, tab, network
+
+
+def axe_on_explorables(tab: Tab, network: Network) -> tuple[list[str], list[str]]:
+    """The page's network problems (taken before axe, which file:// refuses stylesheets), and axe's findings."""
+    problems = network.problems()
+    tab.add_script_tag(path=str(AXE))
+    return problems, tab.evaluate(AXE_ON_EXPLORABLES, BLOCKING_IMPACTS)
+
+
+def test_sampling_explorer_filters_as_python_does(browser: Browser, book_build: BookBuild) -> None:
+    """Opened from disk, the sampling explorer's sliders move from the keyboard, and for each setting
+    its table shows, token by token, the probabilities and cuts of explorables.filtered_distribution."""
+    from transformer_book.explorables import filtered_distribution, fixed
+
+    page = HEADS_AND_SAMPLING_PAGE
+    context, tab, network = open_explorables(browser, page, book_build.html)
+    try:
+        block = tab.locator(".tb-sampling")
+        assert block.count() == 1, f"{page.path}: {block.count()} sampling explorers"
+        data = explorable_data(block)
+        temperature = block.locator("input[name=temperature]")
+        temperature.focus()
+        tab.keyboard.press("ArrowLeft")
+        assert temperature.input_value() == "0.95", (
+            f"{page.path}: ArrowLeft set the temperature to {temperature.input_value()}"
+        )
+        filters = set()
+        for setting in SAMPLING_SETTINGS:
+            t, k, p = setting
+            temperature.fill(str(t))
+            block.locator("input[name=top_k]").fill(str(data["shown"] + 1 if k is None else k))
+            block.locator("input[name=top_p]").fill(str(1 if p is None else p))
+            probabilities, fate, final = filtered_distribution(data["logits"], t, k, p)
+            rows = block.locator("tbody tr").evaluate_all(
+                "rows => rows.map(row => Array.from(row.cells, c => c.textContent))"
+            )
+            expected = [
+                [fixed(probabilities[i], 4), "kept" if fate[i] == "kept" else f"cut by {fate[i]}", fixed(final[i], 4)]
+                for i in data["ids"]
+            ]
+            shown = [[row[2], row[4], row[5]] for row in rows]
+            filters |= {row[4] for row in rows}
+            assert shown == expected, (
+                f"{page.path}, temperature {t}, top-k {k}, top-p {p}: the table differs from Python's"
+            )
+            kept = sum(f == "kept" for f in fate)
+            assert f"keeps {kept} of {len(data['logits'])} tokens" in block.locator(".tb-readout").inner_text()
+        problems, violations = axe_on_explorables(tab, network)
+    finally:
+        context.close()
+    assert filters == {"kept", "cut by top-k", "cut by top-p"}, f"{page.path}: the settings showed only {filters}"
+    assert not problems, f"{page.path} from disk:{listed(problems)}"
+    assert not violations, f"{page.path}: axe-core on the explorables:{listed(violations)}"
+
+
+def test_head_view_shows_the_weights_python_computed(browser: Browser, book_build: BookBuild) -> None:
+    """Opened from disk, the head view answers a layer and head picked from the keyboard and a token
+    reached with Tab with that token's attention weights, as the chapter computed them."""
+    from transformer_book.explorables import fixed
+
+    page = HEADS_AND_SAMPLING_PAGE
+    context, tab, network = open_explorables(browser, page, book_build.html)
+    try:
+        block = tab.locator(".tb-heads")
+        assert block.count() == 1, f"{page.path}: {block.count()} head views"
+        data = explorable_data(block)
+        tokens, weights = data["tokens"], data["weights"]
+        layers, heads, m = len(weights), len(weights[0]), len(tokens)
+        readouts = set()
+        for layer, head, query in [(layers - 1, heads - 1, m - 1), (0, 1 % heads, m // 2), (layers // 2, 0, 1)]:
+            block.locator("select[name=layer]").select_option(str(layer))
+            block.locator("select[name=head]").select_option(str(head))
+            block.locator(".tb-token").nth(query).focus()
+            row = weights[layer][head][query]
+            listed_weights = ", ".join(
+                f"{json.dumps(tokens[key], ensure_ascii=False)} {fixed(row[key], 3)}" for key in range(query + 1)
+            )
+            expected = f"Layer {layer}, head {head}: token {query} {json.dumps(tokens[query], ensure_ascii=False)} attends to {listed_weights}."
+            readout = block.locator(".tb-readout").inner_text()
+            assert readout == expected, f"{page.path}: shows {readout!r}, Python computed {expected!r}"
+            assert block.locator(".tb-token").nth(query).get_attribute("aria-pressed") == "true"
+            readouts.add(readout)
+        tab.keyboard.press("Shift+Tab")  # the token before, from the keyboard
+        assert block.locator(".tb-readout").inner_text().startswith(f"Layer {layers // 2}, head 0: token 0 ")
+        problems, violations = axe_on_explorables(tab, network)
+    finally:
+        context.close()
+    assert len(readouts) == 3, f"{page.path}: the readout did not change with the layer, head and token"
+    assert not problems, f"{page.path} from disk:{listed(problems)}"
+    assert not violations, f"{page.path}: axe-core on the explorables:{listed(violations)}"
+
+
+def test_memory_calculator_recomputes_as_python_does(browser: Browser, book_build: BookBuild) -> None:
+    """Opened from disk, the calculator shows explorables.memory_estimate of the chapter's configuration
+    and of two typed ones, and says when a configuration is not valid."""
+    from transformer_book.explorables import format_estimate, memory_estimate
+
+    page = MEMORY_PAGE
+    context, tab, network = open_explorables(browser, page, book_build.html)
+    typed = [
+        {"d_model": 2_048, "num_layers": 16, "num_heads": 32, "num_kv_heads": 8, "d_ff": 8_192, "batch_size": 4},
+        {"vocab_size": 32_000, "num_kv_heads": 1, "context": 4_096, "bytes_per_number": 4, "tokens": 10**9},
+    ]
+    try:
+        block = tab.locator(".tb-memory")
+        assert block.count() == 1, f"{page.path}: {block.count()} memory calculators"
+        config = explorable_data(block)["config"]
+
+        def shown() -> dict[str, str]:
+            return dict(block.locator("dd").evaluate_all("dds => dds.map(dd => [dd.dataset.name, dd.textContent])"))
+
+        answers = [shown()]
+        assert answers[0] == format_estimate(memory_estimate(**config)), f"{page.path}: the chapter's configuration"
+        for changes in typed:
+            for name, value in changes.items():
+                block.locator(f"input[name={name}]").fill(str(value))
+            config |= changes
+            answers.append(shown())
+            assert answers[-1] == format_estimate(memory_estimate(**config)), f"{page.path}: {config}"
+        block.locator("input[name=num_kv_heads]").fill("3")
+        readout = block.locator(".tb-readout").inner_text()
+        problems, violations = axe_on_explorables(tab, network)
+    finally:
+        context.close()
+    assert len({answer["parameters"] for answer in answers}) == 3, f"{page.path}: the answers did not change"
+    assert readout == "Not a valid configuration: key-value heads must divide query heads.", readout
+    assert not problems, f"{page.path} from disk:{listed(problems)}"
+    assert not violations, f"{page.path}: axe-core on the explorables:{listed(violations)}"

@@ -21,6 +21,7 @@ site's browser tests compare the two.
 
 from __future__ import annotations
 
+import decimal
 import hashlib
 import html
 import json
@@ -35,6 +36,7 @@ __all__ = [
     "MemoryCalculator",
     "SamplingExplorer",
     "filtered_distribution",
+    "fixed",
     "format_estimate",
     "memory_estimate",
 ]
@@ -50,7 +52,7 @@ STYLE = """\
 .tb-explore th:nth-child(2),.tb-explore td:nth-child(2){text-align:left}
 .tb-explore .tb-bar{display:inline-block;height:.8em;background:#1f77b4;vertical-align:middle}
 .tb-explore tr.tb-cut .tb-bar{background:#a0a0a0}
-.tb-explore tr.tb-cut td{opacity:.75}
+.tb-explore tr.tb-cut td{font-style:italic}
 .tb-explore .tb-tokens{display:flex;flex-wrap:wrap;gap:.3em;margin:.5em 0}
 .tb-explore .tb-token{display:flex;flex-direction:column;align-items:stretch;padding:.1em .3em;cursor:pointer;
  background:none;color:inherit;border:1px solid #8a8a8a;border-radius:.3em;white-space:pre}
@@ -405,6 +407,12 @@ def memory_estimate(
     }
 
 
+def fixed(value: float, digits: int) -> str:
+    """value with digits decimals as JavaScript's toFixed writes it: an exact tie rounds up (0.125 to
+    0.13), where Python's format rounds to even (0.12)."""
+    return str(decimal.Decimal(value).quantize(decimal.Decimal(1).scaleb(-digits), rounding=decimal.ROUND_HALF_UP))
+
+
 def format_estimate(estimate: dict[str, int | float]) -> dict[str, str]:
     """The estimate as the calculator shows it: counts with thousands separators, bytes also in GiB,
     operations in scientific notation."""
@@ -415,7 +423,7 @@ def format_estimate(estimate: dict[str, int | float]) -> dict[str, str]:
         elif "parameters" in name:
             shown[name] = f"{int(value):,}"
         else:
-            shown[name] = f"{int(value):,} bytes ({value / 2**30:.2f} GiB)"
+            shown[name] = f"{int(value):,} bytes ({fixed(value / 2**30, 2)} GiB)"
     return shown
 
 
