@@ -7,6 +7,7 @@ import json
 import math
 import re
 from html import unescape
+from typing import Any
 
 import pytest
 import torch
@@ -109,7 +110,7 @@ def test_top_p_works_on_what_top_k_kept() -> None:
         ((LOGITS, 1.0, None, 0.0), "top_p"),
     ],
 )
-def test_filtered_distribution_refuses_bad_input(arguments: tuple, message: str) -> None:
+def test_filtered_distribution_refuses_bad_input(arguments: tuple[Any, ...], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         filtered_distribution(*arguments)
 
@@ -118,7 +119,9 @@ def test_sampling_explorer_lists_the_most_likely_tokens() -> None:
     tokens = [f"t{i}" for i in range(len(LOGITS))]
     explorer = SamplingExplorer(LOGITS, tokens, context="Once", shown=4)
     page = explorer._repr_html_()
-    data = json.loads(unescape(re.search(r'data-explorable="([^"]*)"', page).group(1)))
+    found = re.search(r'data-explorable="([^"]*)"', page)
+    assert found, "the explorer carries no data"
+    data = json.loads(unescape(found.group(1)))
     assert data["ids"] == [3, 0, 6, 2] and data["logits"] == LOGITS and data["shown"] == 4
     assert re.findall(r"<code>(t\d)</code>", page) == ["t3", "t0", "t6", "t2"]
     for name in ("temperature", "top_k", "top_p"):

@@ -46,7 +46,7 @@ STYLE = """\
 .tb-explore .tb-controls{display:flex;flex-wrap:wrap;gap:.5em 1.5em;margin:0 0 .8em}
 .tb-explore label{font-weight:600}
 .tb-explore input,.tb-explore select,.tb-explore button{font:inherit}
-.tb-explore input[type=number]{width:8em}
+.tb-explore input[type=number]{width:11em}
 .tb-explore table{border-collapse:collapse;font-size:.9rem}
 .tb-explore th,.tb-explore td{padding:.1em .6em;text-align:right}
 .tb-explore th:nth-child(2),.tb-explore td:nth-child(2){text-align:left}
@@ -188,7 +188,7 @@ SAMPLING_SCRIPT = """\
       var cells = rows[row].children, fate = r.fate[id];
       rows[row].className = fate === "kept" ? "" : "tb-cut";
       cells[2].textContent = r.probs[id].toFixed(4);
-      cells[3].firstChild.style.width = (r.probs[id] * 10) + "em";
+      cells[3].firstChild.style.width = (r.probs[id] * 20) + "em";
       cells[4].textContent = fate === "kept" ? "kept" : "cut by " + fate;
       cells[5].textContent = r.final[id].toFixed(4);
     });
@@ -286,7 +286,7 @@ class HeadView:
     """Attention weights (layer, head, query, key) over a sentence's tokens, one head at a time:
     choose a layer and a head, then point at or focus a token to see its row of weights."""
 
-    def __init__(self, tokens: Sequence[str], weights: Sequence[Any], *, decimals: int = 4) -> None:
+    def __init__(self, tokens: Sequence[str], weights: object, *, decimals: int = 4) -> None:
         rows = _nested(weights, "weights")
         if not rows or not all(isinstance(layer, list) and layer for layer in rows):
             raise ValueError("weights must have shape (layers, heads, tokens, tokens)")
@@ -324,7 +324,7 @@ class HeadView:
         return f"HeadView of {len(self.weights)} layers x {len(self.weights[0])} heads over {self.tokens!r}"
 
 
-def _nested(values: Any, name: str) -> Any:
+def _nested(values: object, name: str) -> Any:
     """A tensor or array as nested lists of Python floats (anything with .tolist()), or the lists themselves."""
     values = values.tolist() if hasattr(values, "tolist") else values
     if not isinstance(values, list | tuple):
