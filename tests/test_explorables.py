@@ -116,14 +116,14 @@ def test_filtered_distribution_refuses_bad_input(arguments: tuple[Any, ...], mes
 
 
 def test_sampling_explorer_lists_the_most_likely_tokens() -> None:
-    tokens = [f"t{i}" for i in range(len(LOGITS))]
+    tokens = [f" t{i}" for i in range(len(LOGITS))]
     explorer = SamplingExplorer(LOGITS, tokens, context="Once", shown=4)
     page = explorer._repr_html_()
     found = re.search(r'data-explorable="([^"]*)"', page)
     assert found, "the explorer carries no data"
     data = json.loads(unescape(found.group(1)))
     assert data["ids"] == [3, 0, 6, 2] and data["logits"] == LOGITS and data["shown"] == 4
-    assert re.findall(r"<code>(t\d)</code>", page) == ["t3", "t0", "t6", "t2"]
+    assert re.findall(r"<code>(␣t\d)</code>", page) == ["␣t3", "␣t0", "␣t6", "␣t2"], "spaces are not shown"
     for name in ("temperature", "top_k", "top_p"):
         field = re.search(rf'<input type="range" id="([^"]+)" name="{name}"', page)
         assert field and f'<label for="{field.group(1)}">' in page, f"{name}'s slider has no label"
@@ -141,6 +141,8 @@ def test_head_view_keeps_the_weights_and_refuses_a_wrong_shape() -> None:
     assert view.weights[1][2][3] == [round(w, 4) for w in weights[1, 2, 3].tolist()]
     page = view._repr_html_()
     assert page.count('class="tb-token"') == 4 and page.count("<option") == 2 + 3
+    assert 'aria-label="token 1: &quot; cat&quot;"' in page, "a token button is not named by its text"
+    assert "<span>␣␣</span>" in HeadView(["a", "  "], [[[[1.0, 0.0], [0.5, 0.5]]]])._repr_html_()
     assert 'role="status"' in page and "<script>" in page and "src=" not in page
     with pytest.raises(ValueError, match="one string per position"):
         HeadView(["The", " cat"], weights)

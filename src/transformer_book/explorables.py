@@ -218,7 +218,7 @@ class SamplingExplorer:
         shown = len(self.ids)
         data = {"logits": self.logits, "ids": self.ids, "shown": shown}
         rows = "".join(
-            f"<tr><td>{rank}</td><td><code>{html.escape(repr(self.tokens[i])[1:-1])}</code></td><td></td>"
+            f"<tr><td>{rank}</td><td><code>{html.escape(repr(self.tokens[i])[1:-1].replace(' ', '␣'))}</code></td><td></td>"
             f'<td><span class="tb-bar"></span></td><td></td><td></td></tr>'
             for rank, i in enumerate(self.ids, start=1)
         )
@@ -234,7 +234,7 @@ class SamplingExplorer:
             'min="0.05" max="1" step="0.05" value="1"> <output class="tb-p" for="ID-p"></output></span></div>'
             '<p class="tb-readout" role="status" aria-live="polite"></p>'
             f"<table><caption>The {shown} most likely next tokens: probability after temperature, "
-            "the filter that cuts it, and the probability the draw uses</caption>"
+            "the filter that cuts it, and the probability the draw uses (␣ is a space)</caption>"
             '<thead><tr><th scope="col">rank</th><th scope="col">token</th><th scope="col">after temperature</th>'
             '<th scope="col">bar</th><th scope="col">filter</th><th scope="col">renormalised</th></tr></thead>'
             f"<tbody>{rows}</tbody></table>"
@@ -304,9 +304,10 @@ class HeadView:
         layer_options = "".join(f'<option value="{i}">{i}</option>' for i in range(layers))
         head_options = "".join(f'<option value="{i}">{i}</option>' for i in range(heads))
         tokens = "".join(
-            f'<button type="button" class="tb-token" aria-pressed="false"><span>{html.escape(token)}</span>'
-            '<span class="tb-weight"></span></button>'
-            for token in self.tokens
+            f'<button type="button" class="tb-token" aria-pressed="false" '
+            f'aria-label="token {index}: {html.escape(json.dumps(token, ensure_ascii=False))}">'
+            f'<span>{html.escape(_visible(token))}</span><span class="tb-weight"></span></button>'
+            for index, token in enumerate(self.tokens)
         )
         body = (
             '<div class="tb-controls">'
@@ -322,6 +323,11 @@ class HeadView:
 
     def __repr__(self) -> str:
         return f"HeadView of {len(self.weights)} layers x {len(self.weights[0])} heads over {self.tokens!r}"
+
+
+def _visible(token: str) -> str:
+    """A token as a button shows it: whitespace alone becomes visible marks (␣ for a space, ⏎ for a newline)."""
+    return token if token.strip() else token.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥")
 
 
 def _nested(values: object, name: str) -> Any:
