@@ -26,7 +26,7 @@ import hashlib
 import html
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from transformer_book.validation import positive_int
@@ -124,23 +124,31 @@ def filtered_distribution(
     scaled = [score / temperature for score in scores]
     largest = max(scaled)
     exponentials = [math.exp(value - largest) for value in scaled]
-    total = sum(exponentials)
+    total = _total(exponentials)
     probabilities = [value / total for value in exponentials]
     fate = ["kept"] * len(scaled)
     if top_k is not None and top_k < len(scaled):
         kth_largest = sorted(scaled, reverse=True)[top_k - 1]
         fate = ["top-k" if value < kth_largest else "kept" for value in scaled]
     if top_p is not None:
-        kept_mass = sum(p for p, f in zip(probabilities, fate, strict=True) if f == "kept")
+        kept_mass = _total(p for p, f in zip(probabilities, fate, strict=True) if f == "kept")
         order = sorted((i for i, f in enumerate(fate) if f == "kept"), key=lambda i: (-probabilities[i], i))
         before = 0.0
         for i in order:
             if before >= top_p:
                 fate[i] = "top-p"
             before += probabilities[i] / kept_mass
-    kept_mass = sum(p for p, f in zip(probabilities, fate, strict=True) if f == "kept")
+    kept_mass = _total(p for p, f in zip(probabilities, fate, strict=True) if f == "kept")
     final = [p / kept_mass if f == "kept" else 0.0 for p, f in zip(probabilities, fate, strict=True)]
     return probabilities, fate, final
+
+
+def _total(values: Iterable[float]) -> float:
+    """Left-to-right addition, as the page's script adds (Python 3.12's sum compensates rounding)."""
+    total = 0.0
+    for value in values:
+        total += value
+    return total
 
 
 SAMPLING_SCRIPT = """\
