@@ -275,7 +275,7 @@ def _label_smoothing(candidate: Callable[..., Any]) -> str | None:
         * log_p
     ).sum(-1)
     mistakes = {
-        "attends to the padding: leave out the targets equal to ignore_index": per_token.mean(),
+        "counts the padding: leave out the targets equal to ignore_index": per_token.mean(),
         "adds up the tokens' losses; take their mean over the real tokens": per_token[real].sum(),
         "does not smooth: the target puts 1 - smoothing on the true token plus smoothing / V on every token": (
             F.nll_loss(log_p[real], targets[real])
