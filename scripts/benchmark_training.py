@@ -2,6 +2,7 @@
 
     python scripts/benchmark_training.py            # the default configuration, on the CPU and any GPU
     python scripts/benchmark_training.py --steps 40 --d-model 512
+    python scripts/benchmark_training.py --devices cuda   # the GPU rows alone
 
 Both models get the same configuration, the same batches (with padding and masks), the same
 loss (label smoothing 0.1) and the same optimizer (Adam), and are timed over full training steps:
@@ -228,9 +229,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="timed steps per model and round")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps before each timing")
     parser.add_argument("--rounds", type=int, default=3, help="alternate the two models this many times")
+    parser.add_argument(
+        "--devices", nargs="+", choices=["cpu", "cuda", "mps"], help="only these (default: every device found)"
+    )
     args = parser.parse_args()
 
-    devices = benchmark_devices()
+    devices = [on for on in benchmark_devices() if args.devices is None or on.type in args.devices]
     if not torch.cuda.is_available():
         print("CUDA is not available on this machine: no CUDA rows.")
     for on in devices:

@@ -57,6 +57,18 @@ def toc_chapters() -> list[Path]:
     return [page for page in toc_files() if is_notebook(page)]
 
 
+def part_chapters() -> list[Path]:
+    """The chapters of the numbered Parts of ``_toc.yml`` (Part I to the last), in reading order:
+    the preface and the appendices aside. Each ends with a quiz (``show_quiz``)."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return [
+        ROOT / f"{chapter['file']}.md"
+        for part in toc.get("parts", [])
+        if str(part.get("caption", "")).startswith("Part ")
+        for chapter in part.get("chapters", [])
+    ]
+
+
 def chapter_code(chapter: Path) -> ast.Module:
     """The chapter's code cells as one Python module (IPython's ``%`` and ``!`` lines left out)."""
     cells = [cell.source for cell in jupytext.read(chapter).cells if cell.cell_type == "code"]

@@ -33,7 +33,7 @@ import pytest
 from bs4 import BeautifulSoup
 
 from built_site import CHAPTERS, NOTEBOOKS, PAGES, REDIRECT, Page, page_id
-from chapters import ROOT
+from chapters import ROOT, part_chapters
 
 if TYPE_CHECKING:
     from conftest import BookBuild
@@ -671,3 +671,78 @@ def test_book_reads_from_disk(browser: Browser, book_build: BookBuild) -> None:
     assert not math["unrendered"] and not math["errors"], f"{first.name} from disk: math not rendered: {math}"
     assert not broken, f"{first.name} from disk: images that did not load:{listed(broken)}"
     assert not network.problems(), f"{first.name} from disk:{listed(network.problems())}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The quiz at the end of a chapter, answered from the keyboard and the mouse, offline
+
+#: The first chapter with a quiz (the quiz helper's tests and test_site_html check the others' markup).
+QUIZ_PAGE = next(page for page in CHAPTERS if page.source in part_chapters())
+#: What a question's feedback says, the options' or the numeric answer's, as the page's text.
+FEEDBACK_TEXT = """(field) => {
+  const holder = document.createElement('div');
+  holder.innerHTML = field.dataset.feedback;
+  return holder.textContent;
+}"""
+AXE_ON_QUIZZES = """async (impacts) => (await axe.run(document.querySelectorAll('.tb-quiz'), {resultTypes: ['violations']}))
+  .violations.filter(violation => impacts.includes(violation.impact))
+  .map(violation => violation.id + ': ' + violation.nodes.map(node => node.target.join(' ')).join(', '))"""
+
+
+def test_quiz_answers_back_from_the_keyboard_offline(browser: Browser, book_build: BookBuild) -> None:
+    """Opened from disk, a chapter's quiz gives each option's own feedback, chosen with the keyboard
+    (Space, then the arrow keys) or a click, and judges typed numbers; with the feedback showing, axe
+    finds no serious violation in it."""
+    network = Network()
+    context, tab = open_tab(browser, network)
+    html_file = QUIZ_PAGE.html_file(book_build.html)
+    try:
+        tab.goto(html_file.as_uri(), wait_until="load")
+        questions = tab.locator(".tb-quiz fieldset")
+        assert questions.count() >= 3, f"{QUIZ_PAGE.path}: {questions.count()} quiz questions on the page"
+        kinds = set()
+        for index in range(questions.count()):
+            question = questions.nth(index)
+            feedback = question.locator(".tb-feedback")
+            radios = question.locator("input[type=radio]")
+            if radios.count():
+                kinds.add("choice")
+                radios.first.focus()
+                for option in range(radios.count()):
+                    radio = radios.nth(option)
+                    tab.keyboard.press("Space" if option == 0 else "ArrowDown")
+                    assert radio.is_checked(), f"{QUIZ_PAGE.path}: the keyboard did not choose option {option + 1}"
+                    verdict = "Right." if radio.get_attribute("data-correct") == "true" else "Not quite."
+                    expected = f"{verdict} {radio.evaluate(FEEDBACK_TEXT)}"
+                    assert feedback.inner_text().strip() == expected, (
+                        f"{QUIZ_PAGE.path}, question {index + 1}, option {option + 1}: shows "
+                        f"{feedback.inner_text()!r}, expected {expected!r}"
+                    )
+                question.locator("label").first.click()
+                assert feedback.inner_text().startswith(("Right.", "Not quite.")), "a click on a label gave no feedback"
+            else:
+                kinds.add("number")
+                field = question.locator("input[type=text]")
+                answer, tolerance = (
+                    float(field.get_attribute("data-answer") or "nan"),
+                    float(field.get_attribute("data-tolerance") or "nan"),
+                )
+                field.fill("twelve")
+                field.press("Enter")
+                assert feedback.inner_text().startswith("Type a number"), f"{QUIZ_PAGE.path}: {feedback.inner_text()!r}"
+                field.fill(repr(answer + tolerance + 1 + abs(answer)))
+                field.press("Enter")
+                assert feedback.inner_text().startswith("Not quite."), f"{QUIZ_PAGE.path}: {feedback.inner_text()!r}"
+                field.fill(field.get_attribute("data-answer") or "")
+                field.press("Tab")  # to the Check button, pressed from the keyboard
+                tab.keyboard.press("Enter")
+                assert feedback.inner_text().startswith("Right."), f"{QUIZ_PAGE.path}: {feedback.inner_text()!r}"
+        # Taken before axe runs: axe reads the stylesheets with XMLHttpRequest, which file:// refuses.
+        problems = network.problems()
+        tab.add_script_tag(path=str(AXE))
+        violations = tab.evaluate(AXE_ON_QUIZZES, BLOCKING_IMPACTS)
+    finally:
+        context.close()
+    assert kinds == {"choice", "number"}, f"{QUIZ_PAGE.path}: the quiz tested only {kinds} questions"
+    assert not problems, f"{QUIZ_PAGE.path} from disk:{listed(problems)}"
+    assert not violations, f"{QUIZ_PAGE.path}: axe-core, with the quiz's feedback showing:{listed(violations)}"

@@ -6,6 +6,7 @@ Every test reads the one build of the session (the ``book_build`` fixture); none
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import re
@@ -15,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urljoin, urlsplit
 
 import colab_twin
+import jupytext
 import pytest
 from bs4 import BeautifulSoup, Tag
 
 from built_site import PAGES, REDIRECT, Page, built_pages, page_id
+from chapters import part_chapters
 
 if TYPE_CHECKING:
     from conftest import BookBuild
@@ -265,3 +268,35 @@ def test_every_website_link_of_the_colab_twins_resolves_in_the_built_site(book_b
                 if reason:
                     broken.append(f"{twin.name}: {target}: {reason}")
     assert not broken, f"{len(broken)} website link(s) of the Colab twins do not resolve:\n" + "\n".join(broken[:20])
+
+
+QUIZ_PAGES = [page for page in PAGES if page.source in part_chapters()]
+
+
+def quiz_questions(chapter: Path) -> int:
+    """How many questions the chapter's quiz cell asks: its calls of Choice and Number."""
+    cell = next(cell.source for cell in jupytext.read(chapter).cells if "show_quiz(" in cell.source)
+    return sum(
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {"Choice", "Number"}
+        for node in ast.walk(ast.parse(cell))
+    )
+
+
+@pytest.mark.parametrize("page", QUIZ_PAGES, ids=page_id)
+def test_chapter_page_shows_its_quiz(book_build: BookBuild, page: Page) -> None:
+    """The quiz cell's output reached the page: one question per question of the source, each with
+    labelled controls and a live region for its feedback, and the script that answers back inline."""
+    assert page.source is not None
+    soup = soup_of(built_page(book_build.html, page))
+    quizzes = tags(soup, "div", class_="tb-quiz")
+    assert len(quizzes) == 1, f"{page.path} shows {len(quizzes)} quizzes, expected 1"
+    questions = tags(quizzes[0], "fieldset")
+    assert len(questions) == quiz_questions(page.source) >= 3, (
+        f"{page.path} shows {len(questions)} questions, its source asks {quiz_questions(page.source)}"
+    )
+    for question in questions:
+        assert len(tags(question, "p", attrs={"role": "status", "aria-live": "polite"})) == 1
+        for field in tags(question, "input"):
+            assert tags(question, "label", attrs={"for": attribute(field, "id")}), f"{page.path}: an unlabelled input"
+    scripts = tags(quizzes[0], "script")
+    assert len(scripts) == 1 and not attribute(scripts[0], "src"), f"{page.path}: the quiz's script is not inline"
