@@ -14,7 +14,7 @@ import pytest
 
 from chapters import ROOT, part_chapters
 from transformer_book import quiz
-from transformer_book.quiz import Choice, Number, Option, Quiz, show_quiz
+from transformer_book.quiz import Choice, Number, Option, Quiz, show_quiz, shown_order
 
 PART_CHAPTERS = part_chapters()
 MIN_QUESTIONS = 3
@@ -106,11 +106,14 @@ def test_html_is_self_contained_and_every_control_has_a_label() -> None:
     assert len(radios) == 2 and len(numbers) == 1
     for field in inputs:
         assert elements.labels.get(field["id"], "").strip(), f"input {field['id']} has no label"
-    assert [radio["data-correct"] for radio in radios] == ["true", "false"]
+    shown = shown_order(sample()[0])  # type: ignore[arg-type]
+    assert [radio["data-correct"] for radio in radios] == [str(option.correct).lower() for option in shown]
     assert len({radio["name"] for radio in radios}) == 1, "one question's options are one radio group"
     # Feedback is plain text made HTML: escaped, with code in backticks as <code>.
-    assert radios[1]["data-feedback"] == "The division costs one multiply per score &amp; saves nothing."
-    assert elements.labels[radios[0]["id"]] == "To keep the scores' variance near 1"
+    wrong = next(radio for radio in radios if radio["data-correct"] == "false")
+    right = next(radio for radio in radios if radio["data-correct"] == "true")
+    assert wrong["data-feedback"] == "The division costs one multiply per score &amp; saves nothing."
+    assert elements.labels[right["id"]] == "To keep the scores' variance near 1"
     assert "<code>√d_k</code>" in html
     assert numbers[0]["data-answer"] == "64" and numbers[0]["data-tolerance"] == "0.5"
     assert len(elements.all("fieldset")) == len(elements.all("legend")) == 2
@@ -211,3 +214,21 @@ def test_quizzes_cover_every_part_chapter_and_nothing_else() -> None:
         if "show_quiz(" in path.read_text() and path.read_text().startswith("---\njupytext:")
     }
     assert with_quiz == {chapter.stem for chapter in PART_CHAPTERS}
+
+
+def test_the_right_option_is_not_always_shown_in_the_same_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chapters list the right option first; the page shuffles (the same way on every build), so
+    over the book's questions it is shown first in well under all of them, and the shuffle keeps
+    every option."""
+    positions = []
+    for chapter in PART_CHAPTERS:
+        shown: list[Quiz] = []
+        monkeypatch.setattr(quiz, "show_quiz", lambda questions: shown.append(Quiz(questions)))
+        exec(compile(quiz_cells(jupytext.read(chapter))[0].source, chapter.name, "exec"), {})
+        for question in shown[0].questions:
+            if isinstance(question, Choice):
+                order = shown_order(question)
+                assert sorted(option.text for option in order) == sorted(option.text for option in question.options)
+                positions.append(next(index for index, option in enumerate(order) if option.correct))
+    first = positions.count(0) / len(positions)
+    assert 0.15 < first < 0.6, f"the right option is shown first in {first:.0%} of {len(positions)} questions"

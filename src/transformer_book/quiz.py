@@ -31,7 +31,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Choice", "Number", "Option", "Quiz", "show_quiz"]
+__all__ = ["Choice", "Number", "Option", "Quiz", "show_quiz", "shown_order"]
 
 
 @dataclass(frozen=True)
@@ -158,6 +158,16 @@ SCRIPT = """\
 """
 
 
+def shown_order(question: Choice) -> tuple[Option, ...]:
+    """The options in the order the quiz shows them: shuffled, the same way on every build, so that
+    the right one is not always where the chapter's source happens to list it."""
+
+    def key(option: Option) -> str:
+        return hashlib.sha256(f"{question.question}\n{option.text}".encode()).hexdigest()
+
+    return tuple(sorted(question.options, key=key))
+
+
 class Quiz:
     """A list of questions that shows as an interactive quiz in HTML (and as plain text elsewhere)."""
 
@@ -180,7 +190,7 @@ class Quiz:
             legend = f"Question {number} of {len(self.questions)}. {_html(question.question)}"
             parts.append(f'<fieldset class="tb-question"><legend>{legend}</legend>')
             if isinstance(question, Choice):
-                for index, option in enumerate(question.options, start=1):
+                for index, option in enumerate(shown_order(question), start=1):
                     parts.append(
                         f'<div class="tb-option"><input type="radio" name="{name}" id="{name}-{index}" '
                         f'data-correct="{"true" if option.correct else "false"}" '
@@ -206,7 +216,7 @@ class Quiz:
             lines.append(f"{number}. {question.question}")
             if isinstance(question, Choice):
                 lines += [
-                    f"   ({chr(ord('a') + index)}) {option.text}" for index, option in enumerate(question.options)
+                    f"   ({chr(ord('a') + index)}) {option.text}" for index, option in enumerate(shown_order(question))
                 ]
         return "\n".join(lines)
 
