@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 import ast
+import io
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+import tokenize
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,12 +66,15 @@ def cells(lines: list[str]) -> Iterator[Cell]:
             index += 1
             continue
         index += 1
+        opening = index
         tags: set[str] = set()
         while index < len(lines) and lines[index].startswith(":"):
             option = re.match(r":tags:\s*\[(.*)\]", lines[index])
             if option:
                 tags |= {tag.strip().strip("'\"") for tag in option.group(1).split(",") if tag.strip()}
             index += 1
+        if index > opening and not lines[index].strip():
+            index += 1  # the blank line that ends the options belongs to the fence, not the source
         first = index
         while lines[index].rstrip() != "```":
             index += 1
@@ -93,19 +98,215 @@ def has_magic(source: str) -> bool:
     return any(line.lstrip().startswith(("%", "!")) for line in source.splitlines())
 
 
-def formatted(source: str) -> str | None:
-    """The source formatted by ruff at WIDTH columns, or None when ruff fails or the AST changes."""
-    result = subprocess.run(
-        [sys.executable, "-m", "ruff", "format", f"--line-length={WIDTH}", "--stdin-filename=cell.py", "-"],
-        input=source + "\n",
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    if result.returncode != 0:
+def normalised_dump(source: str) -> str:
+    """``ast.dump`` of the source with every docstring's whitespace collapsed: re-wrapping a
+    docstring changes its line breaks, never its words."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                if isinstance(first.value.value, str):
+                    first.value.value = " ".join(first.value.value.split())
+    return ast.dump(tree)
+
+
+PRAGMA = re.compile(r"#\s*(type:|noqa|pragma|fmt:|pyright:)")
+
+
+def comment_lines_above(source: str) -> str:
+    """Move each trailing comment of a wide line onto its own line above it, at its indentation."""
+    lines = source.split("\n")
+    moves = []
+    for token in tokenize.generate_tokens(io.StringIO(source + "\n").readline):
+        if token.type != tokenize.COMMENT:
+            continue
+        row, column = token.start
+        line = lines[row - 1]
+        if line[:column].strip() and len(line) > WIDTH:
+            if PRAGMA.match(token.string):  # a pragma stays on its line; a comment after it moves
+                column = line.find("  # ", column + 1) + 2
+                if column < 2:
+                    continue
+            moves.append((row - 1, column))
+    for index, column in reversed(moves):
+        line = lines[index]
+        indent = line[: len(line) - len(line.lstrip())]
+        lines[index : index + 1] = [indent + line[column:].strip(), line[:column].rstrip()]
+    return "\n".join(lines)
+
+
+def break_point(line: str, start: int) -> int:
+    """The last space after ``start`` and within WIDTH at which to break ``line``: preferably one
+    outside brackets and ``literals``, so that a shape such as (batch, n, m) stays on one line."""
+    depth, literal, spaces, outside = 0, False, [], []
+    for column, character in enumerate(line[: WIDTH + 1]):
+        if line.startswith("``", column):
+            literal = not literal
+        elif character in "([{":
+            depth += 1
+        elif character in ")]}":
+            depth = max(depth - 1, 0)
+        elif character == " " and column > start:
+            spaces.append(column)
+            if depth == 0 and not literal:
+                outside.append(column)
+    return (outside or spaces or [-1])[-1]
+
+
+def wrap(lines: list[str], index: int, indent: str, prefix: str, joinable: Callable[[str], bool]) -> None:
+    """Break the wide line ``lines[index]`` at spaces; each overflow starts the next line when that
+    line continues the same paragraph (``joinable``), or a new line ``indent + prefix`` otherwise."""
+    while len(lines[index]) > WIDTH:
+        line = lines[index]
+        start = len(line) - len(line.lstrip()) + len(prefix) + (3 if line.lstrip().startswith('"""') else 0)
+        cut = break_point(line, start)
+        if cut <= start:
+            return  # one word wider than the page: leave it to a person
+        head, tail = line[:cut].rstrip(), line[cut + 1 :].strip()
+        lines[index] = head
+        following = lines[index + 1] if index + 1 < len(lines) else None
+        if following is not None and joinable(following):
+            lines[index + 1] = indent + prefix + tail + " " + following.strip()[len(prefix) :].lstrip()
+        else:
+            lines.insert(index + 1, indent + prefix + tail)
+        index += 1
+
+
+def wrap_comments(source: str) -> str:
+    """Re-wrap wide full-line comments, carrying the overflow into the comment line below when it
+    has the same indentation."""
+    lines = source.split("\n")
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        if len(line) > WIDTH and line.lstrip().startswith(("# ", "#: ")):
+            indent = line[: len(line) - len(line.lstrip())]
+            prefix = "#: " if line.lstrip().startswith("#: ") else "# "
+
+            def joinable(following: str, indent: str = indent, prefix: str = prefix) -> bool:
+                rest = following[len(indent + prefix) :]
+                return following.startswith(indent + prefix) and rest[:1] not in ("", " ", "-", "*")
+
+            wrap(lines, index, indent, prefix, joinable)
+        index += 1
+    return "\n".join(lines)
+
+
+SECTION = re.compile(r"^(\s*)(Args|Arguments|Parameters|Returns|Raises|Yields|Attributes|Examples?|Notes?):\s*$")
+ITEM_SECTIONS = {"Args", "Arguments", "Parameters", "Raises", "Attributes"}
+
+
+def wrap_docstrings(source: str) -> str:
+    """Re-wrap wide docstring lines (Google style: an item of Args or Raises continues 4 columns in)."""
+    lines = source.split("\n")
+    spans = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                if isinstance(first.value.value, str) and first.end_lineno is not None:
+                    spans.append((first.lineno - 1, first.end_lineno - 1))
+    for start, end in sorted(spans, reverse=True):
+        body = lines[start : end + 1]
+        section: tuple[str, int] | None = None
+        index = 0
+        while index < len(body):
+            line = body[index]
+            depth = len(line) - len(line.lstrip())
+            header = SECTION.match(line)
+            if header:
+                section = (header.group(2), len(header.group(1)))
+            elif line.strip() and section and depth <= section[1]:
+                section = None
+            if len(line) > WIDTH and not header:
+                item = section is not None and section[0] in ITEM_SECTIONS and depth == section[1] + 4
+                indent = " " * (depth + 4 if item else depth)
+
+                def joinable(following: str, indent: str = indent) -> bool:
+                    rest = following[len(indent) :]
+                    return (
+                        following.startswith(indent)
+                        and rest[:1] not in ("", " ")
+                        and not rest.startswith(('"""', "- ", "* "))
+                        and not SECTION.match(following)
+                    )
+
+                before = len(body)
+                wrap(body, index, indent, "", joinable)
+                index += len(body) - before
+            index += 1
+        lines[start : end + 1] = body
+    return "\n".join(lines)
+
+
+STRING_LINE = re.compile(r"^(\s*)([fF]?)([\"'])(.*)\3([,)]*)$")
+
+
+def split_string(line: str) -> list[str] | None:
+    """A wide line holding one string literal, split at spaces into implicitly concatenated
+    literals that fit (never inside an f-string's braces), or None if it cannot be split."""
+    match = STRING_LINE.match(line)
+    if not match or '"""' in line or "\\" in match.group(4):
         return None
-    new = result.stdout.rstrip("\n")
-    if ast.dump(ast.parse(source)) != ast.dump(ast.parse(new)):
+    indent, prefix, quote, text, closing = match.groups()
+    parts = []
+    while len(indent) + len(prefix) + len(text) + 2 + len(closing) > WIDTH:
+        room = WIDTH - len(indent) - len(prefix) - 2
+        depth, cut = 0, -1
+        for column, character in enumerate(text[:room]):
+            depth += {"{": 1, "}": -1}.get(character, 0)
+            if character == " " and depth == 0:
+                cut = column
+        if cut <= 0:
+            return None
+        head, text = text[: cut + 1], text[cut + 1 :]
+        parts.append(head)
+    parts.append(text)
+    return [
+        indent + (prefix if "{" in part else "") + quote + part + quote + (closing if last else "")
+        for last, part in ((index == len(parts) - 1, part) for index, part in enumerate(parts))
+    ]
+
+
+def split_strings(source: str) -> str:
+    """Split the wide string literals of the source (see split_string), where the AST stays the same."""
+    lines = source.split("\n")
+    for index in reversed(range(len(lines))):
+        if len(lines[index]) <= WIDTH:
+            continue
+        pieces = split_string(lines[index])
+        if pieces is None:
+            continue
+        candidate = lines[:index] + pieces + lines[index + 1 :]
+        try:
+            same = normalised_dump("\n".join(candidate)) == normalised_dump(source)
+        except SyntaxError:
+            same = False
+        if same:
+            lines = candidate
+    return "\n".join(lines)
+
+
+def formatted(source: str) -> str | None:
+    """The source fitted to WIDTH columns, or None when ruff fails or the AST changes.
+
+    Trailing comments of wide lines move above them, wide comments and docstrings are re-wrapped,
+    and, if a line is still too wide, ruff formats the cell at WIDTH columns."""
+    new = wrap_docstrings(wrap_comments(comment_lines_above(source)))
+    if any(len(line) > WIDTH for line in new.splitlines()):
+        result = subprocess.run(
+            [sys.executable, "-m", "ruff", "format", f"--line-length={WIDTH}", "--stdin-filename=cell.py", "-"],
+            input=new + "\n",
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        if result.returncode != 0:
+            return None
+        new = result.stdout.rstrip("\n")
+    new = split_strings(new)
+    if normalised_dump(source) != normalised_dump(new):
         return None
     return new
 
