@@ -71,14 +71,21 @@ def test_readme_shows_the_current_reading_times() -> None:
 def test_chapter_reads_within_the_budget(chapter: Path) -> None:
     measured = reading_time.reading_time(chapter)
     assert measured.minutes <= reading_time.BUDGET_MINUTES, (
-        f"{chapter.name} reads in {measured.minutes:.1f} minutes ({measured.words:,} words, {measured.code_lines} "
-        f"visible code lines), over the {reading_time.BUDGET_MINUTES}-minute budget: collapse plumbing or split it"
+        f"{chapter.name} reads in {measured.minutes:.1f} minutes ({measured.words:,} words, {measured.statements} "
+        f"visible code statements), over the {reading_time.BUDGET_MINUTES}-minute budget: collapse plumbing or split it"
     )
 
 
 def test_reading_time_counts_prose_and_visible_code_only() -> None:
     assert reading_time.prose_words("Attention is all you need.\n:alt: not read\n```{note}\n```") == 5
     assert reading_time.prose_words("See {doc}`preface` and {glue:text}`sdp_ratio:.0f`.") == 4
+
+
+def test_code_reads_by_statements_however_it_is_wrapped() -> None:
+    one_line = 'def f(a: int, b: int) -> int:\n    """Add them."""\n    return a + b  # the sum\n'
+    wrapped = 'def f(\n    a: int,\n    b: int,\n) -> int:\n    """Add\n    them."""\n    # the sum\n    return a + b\n'
+    assert reading_time.code_reading(one_line) == reading_time.code_reading(wrapped) == (3, 4)
+    assert reading_time.code_reading("%timeit f(1, 2)\nx = 1\ny = 2\n") == (2, 0)
 
 
 def test_export_recognises_a_hand_edited_module(tmp_path: Path) -> None:
