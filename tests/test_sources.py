@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import colab_twin
+import fit_code
 import jupytext
 import pytest
 
@@ -86,6 +87,31 @@ def test_code_reads_by_statements_however_it_is_wrapped() -> None:
     wrapped = 'def f(\n    a: int,\n    b: int,\n) -> int:\n    """Add\n    them."""\n    # the sum\n    return a + b\n'
     assert reading_time.code_reading(one_line) == reading_time.code_reading(wrapped) == (3, 4)
     assert reading_time.code_reading("%timeit f(1, 2)\nx = 1\ny = 2\n") == (2, 0)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=ids)
+def test_visible_code_fits_the_page(chapter: Path) -> None:
+    """A code cell on the site shows about 80 columns: a wider visible line makes the reader scroll."""
+    wide = fit_code.wide_lines(chapter)
+    assert not wide, (
+        f"visible code lines wider than {fit_code.WIDTH} columns (scripts/fit_code.py --fix): "
+        + "; ".join(f"{chapter.name} line {number}, {width} columns" for number, width, _ in wide)
+    )
+
+
+def test_the_width_check_sees_visible_cells_only(tmp_path: Path) -> None:
+    wide = "x = " + "1 + " * 30 + "1"
+    chapter = tmp_path / "chapter.md"
+    chapter.write_text(
+        f"# A\n\n```{{code-cell}} ipython3\n{wide}\n```\n\n"
+        f"```{{code-cell}} ipython3\n:tags: [hide-input]\n\n{wide}\n```\n\n"
+        f"```{{solution-start}} ex\n:class: dropdown\n```\n\n```{{code-cell}} ipython3\n{wide}\n```\n\n"
+        f"```{{solution-end}}\n```\n\n```{{code-cell}} ipython3\n:tags: [export]\n\nshort = 1\n{wide}\n```\n"
+    )
+    assert [(number, width) for number, width, _ in fit_code.wide_lines(chapter)] == [(4, len(wide)), (28, len(wide))]
+    assert fit_code.fix(chapter) == (2, [])
+    assert fit_code.wide_lines(chapter) == []
+    assert chapter.read_text().count(wide) == 2  # the hidden and the folded cells keep their width
 
 
 def test_export_recognises_a_hand_edited_module(tmp_path: Path) -> None:
