@@ -194,6 +194,7 @@ def wrap_comments(source: str) -> str:
 
 
 SECTION = re.compile(r"^(\s*)(Args|Arguments|Parameters|Returns|Raises|Yields|Attributes|Examples?|Notes?):\s*$")
+LABEL = re.compile(r"^[A-Za-z_`*][\w`*]{0,30}: ")
 ITEM_SECTIONS = {"Args", "Arguments", "Parameters", "Raises", "Attributes"}
 
 
@@ -222,14 +223,19 @@ def wrap_docstrings(source: str) -> str:
             if len(line) > WIDTH and not header:
                 item = section is not None and section[0] in ITEM_SECTIONS and depth == section[1] + 4
                 indent = " " * (depth + 4 if item else depth)
+                # "source: ..." outside Args and Raises: one entry of a list; the next entry, or a
+                # sentence after the list, stays on its own line
+                one_liners = not item and LABEL.match(line.lstrip()) is not None
 
-                def joinable(following: str, indent: str = indent) -> bool:
+                def joinable(following: str, indent: str = indent, one_liners: bool = one_liners) -> bool:
                     rest = following[len(indent) :]
                     return (
                         following.startswith(indent)
                         and rest[:1] not in ("", " ")
                         and not rest.startswith(('"""', "- ", "* "))
                         and not SECTION.match(following)
+                        and not LABEL.match(rest)
+                        and not (one_liners and rest[:1].isupper())
                     )
 
                 before = len(body)
