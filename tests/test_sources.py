@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import colab_twin
+import fit_code
 import jupytext
 import pytest
 
@@ -23,9 +24,9 @@ ids = [chapter.stem for chapter in CHAPTERS]
 
 def test_each_module_imports_only_earlier_chapters_and_the_hand_written_modules() -> None:
     """The package's dependency order is the reading order: a chapter's module may import the
-    modules of earlier chapters, and the hand-written validation, helpers and runtime, never a later chapter."""
+    modules of earlier chapters, and the hand-written validation, helpers, runtime and exercises, never a later chapter."""
     order = {Path(export.module_name(chapter)).stem: index for index, chapter in enumerate(CHAPTERS)}
-    hand_written = {"validation", "helpers", "runtime", "__init__"}
+    hand_written = {"validation", "helpers", "runtime", "exercises", "__init__"}
     forward, checked = [], 0
     for module, index in order.items():
         path = ROOT / "src" / "transformer_book" / f"{module}.py"
@@ -71,14 +72,46 @@ def test_readme_shows_the_current_reading_times() -> None:
 def test_chapter_reads_within_the_budget(chapter: Path) -> None:
     measured = reading_time.reading_time(chapter)
     assert measured.minutes <= reading_time.BUDGET_MINUTES, (
-        f"{chapter.name} reads in {measured.minutes:.1f} minutes ({measured.words:,} words, {measured.code_lines} "
-        f"visible code lines), over the {reading_time.BUDGET_MINUTES}-minute budget: collapse plumbing or split it"
+        f"{chapter.name} reads in {measured.minutes:.1f} minutes ({measured.words:,} words, {measured.statements} "
+        f"visible code statements), over the {reading_time.BUDGET_MINUTES}-minute budget: collapse plumbing or split it"
     )
 
 
 def test_reading_time_counts_prose_and_visible_code_only() -> None:
     assert reading_time.prose_words("Attention is all you need.\n:alt: not read\n```{note}\n```") == 5
     assert reading_time.prose_words("See {doc}`preface` and {glue:text}`sdp_ratio:.0f`.") == 4
+
+
+def test_code_reads_by_statements_however_it_is_wrapped() -> None:
+    one_line = 'def f(a: int, b: int) -> int:\n    """Add them."""\n    return a + b  # the sum\n'
+    wrapped = 'def f(\n    a: int,\n    b: int,\n) -> int:\n    """Add\n    them."""\n    # the sum\n    return a + b\n'
+    assert reading_time.code_reading(one_line) == reading_time.code_reading(wrapped) == (3, 4)
+    assert reading_time.code_reading("%timeit f(1, 2)\nx = 1\ny = 2\n") == (2, 0)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=ids)
+def test_visible_code_fits_the_page(chapter: Path) -> None:
+    """A code cell on the site shows about 80 columns: a wider visible line makes the reader scroll."""
+    wide = fit_code.wide_lines(chapter)
+    assert not wide, (
+        f"visible code lines wider than {fit_code.WIDTH} columns (scripts/fit_code.py --fix): "
+        + "; ".join(f"{chapter.name} line {number}, {width} columns" for number, width, _ in wide)
+    )
+
+
+def test_the_width_check_sees_visible_cells_only(tmp_path: Path) -> None:
+    wide = "x = " + "1 + " * 30 + "1"
+    chapter = tmp_path / "chapter.md"
+    chapter.write_text(
+        f"# A\n\n```{{code-cell}} ipython3\n{wide}\n```\n\n"
+        f"```{{code-cell}} ipython3\n:tags: [hide-input]\n\n{wide}\n```\n\n"
+        f"```{{solution-start}} ex\n:class: dropdown\n```\n\n```{{code-cell}} ipython3\n{wide}\n```\n\n"
+        f"```{{solution-end}}\n```\n\n```{{code-cell}} ipython3\n:tags: [export]\n\nshort = 1\n{wide}\n```\n"
+    )
+    assert [(number, width) for number, width, _ in fit_code.wide_lines(chapter)] == [(4, len(wide)), (28, len(wide))]
+    assert fit_code.fix(chapter) == (2, [])
+    assert fit_code.wide_lines(chapter) == []
+    assert chapter.read_text().count(wide) == 2  # the hidden and the folded cells keep their width
 
 
 def test_export_recognises_a_hand_edited_module(tmp_path: Path) -> None:

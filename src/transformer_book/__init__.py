@@ -2,7 +2,8 @@
 
 Each module but the hand-written :mod:`transformer_book.helpers` (device, parameter count, timer),
 :mod:`transformer_book.runtime` (what the chapters need to run), :mod:`transformer_book.quiz` (the quiz
-at the end of each chapter), :mod:`transformer_book.explorables` (the interactive views), :mod:`transformer_book.validation`
+at the end of each chapter), :mod:`transformer_book.exercises` (the graders of the exercises),
+:mod:`transformer_book.explorables` (the interactive views), :mod:`transformer_book.validation`
 and the façades :mod:`transformer_book.models` and :mod:`transformer_book.utils` is generated from the chapter
 of the same name (``scaled_dot_product.py`` from ``book/scaled-dot-product.md``):
 the code there is exactly the code the chapter teaches, in cells tagged

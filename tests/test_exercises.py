@@ -1,0 +1,208 @@
+"""Each grader passes the book's solution, fails plausible buggy versions with the right diagnosis, and says
+"Not yet" to the unfilled template; every grader is called from its chapter and every call names a grader."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from chapters import ROOT
+from transformer_book.exercises import GRADERS, grade
+from transformer_book.label_smoothing import smoothed_targets
+from transformer_book.positional_encoding import sinusoidal_encoding
+from transformer_book.relative_positions import apply_rope
+from transformer_book.scaled_dot_product import causal_mask, padding_mask
+from transformer_book.tokenization import merge_pair
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    result: np.ndarray = e / e.sum(axis=axis, keepdims=True)
+    return result
+
+
+def attention(Q: np.ndarray, K: np.ndarray, V: np.ndarray, scale: float | None = None, axis: int = -1) -> Any:
+    weights = softmax(Q @ K.T / (math.sqrt(Q.shape[-1]) if scale is None else scale), axis)
+    return weights @ V, weights
+
+
+def mean_square(x: torch.Tensor) -> torch.Tensor:
+    return x.square().mean(-1, keepdim=True)
+
+
+def rate(step: int, d_model: int, warmup: int, scaled: bool = True, warm_power: float = -1.5) -> float:
+    return float((d_model**-0.5 if scaled else 1.0) * min(step**-0.5, step * warmup**warm_power))
+
+
+def smoothed_loss(
+    logits: torch.Tensor, targets: torch.Tensor, smoothing: float, ignore_index: int, skip: bool = True
+) -> torch.Tensor:
+    keep = targets != ignore_index if skip else torch.ones_like(targets, dtype=torch.bool)
+    distribution = smoothed_targets(targets[keep], logits.shape[-1], smoothing)
+    return -(distribution * F.log_softmax(logits[keep], dim=-1)).sum(-1).mean()
+
+
+def encoding(num_positions: int, d_model: int, base: float, swap: bool = False, fixed_base: bool = False) -> Any:
+    table = sinusoidal_encoding(num_positions, d_model, dtype=torch.float64)
+    if not fixed_base:
+        angles = torch.arange(num_positions, dtype=torch.float64)[:, None] / base ** (
+            torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
+        )
+        table = torch.stack([torch.sin(angles), torch.cos(angles)], dim=-1).flatten(-2)
+    return table.view(num_positions, -1, 2).flip(-1).flatten(-2) if swap else table
+
+
+def unfilled(*args: Any, **kwargs: Any) -> Any:
+    raise NotImplementedError("fill in step 1")
+
+
+# name: (the solution, [(a buggy version, words its diagnosis must contain), ...])
+CASES: dict[str, tuple[Callable[..., Any], list[tuple[Callable[..., Any], str]]]] = {
+    "attention": (
+        attention,
+        [
+            (lambda Q, K, V: attention(Q, K, V, scale=1.0), "not divided by sqrt(d_k)"),
+            (lambda Q, K, V: attention(Q, K, V, axis=0), "over the queries"),
+            (lambda Q, K, V: (attention(Q, K, V)[0].T, attention(Q, K, V)[1]), "Wrong shape"),
+        ],
+    ),
+    "target_mask": (
+        lambda lengths, m: padding_mask(lengths, m) & causal_mask(m),
+        [
+            (lambda lengths, m: padding_mask(lengths, m), "(batch, 1, m) is the padding mask alone"),
+            (lambda lengths, m: padding_mask(lengths, m).expand(len(lengths), m, m), "see the future"),
+            (lambda lengths, m: causal_mask(m).expand(len(lengths), m, m), "attend to the padding"),
+            (lambda lengths, m: ~(padding_mask(lengths, m) & causal_mask(m)), "Inverted"),
+            (lambda lengths, m: padding_mask(lengths, m) & causal_mask(m).tril(-1), "attend to itself"),
+            (lambda lengths, m: (padding_mask(lengths, m) & causal_mask(m)).float(), "bool tensor"),
+        ],
+    ),
+    "sinusoidal_encoding": (
+        encoding,
+        [
+            (lambda p, d, base: encoding(p, d, base, swap=True), "swaps sine and cosine"),
+            (lambda p, d, base: encoding(p, d, base, fixed_base=True), "ignores base"),
+            (lambda p, d, base: encoding(p, d, base)[:, : d // 2], "Wrong shape"),
+        ],
+    ),
+    "rms_norm": (
+        lambda x, w, eps: w * x / torch.sqrt(mean_square(x) + eps),
+        [
+            (lambda x, w, eps: F.layer_norm(x, x.shape[-1:], w, eps=eps), "LayerNorm"),
+            (lambda x, w, eps: x / torch.sqrt(mean_square(x) + eps), "gain"),
+            (lambda x, w, eps: w * x / (torch.sqrt(mean_square(x)) + eps), "outside the square root"),
+            (lambda x, w, eps: w * x / torch.sqrt(x.square().mean() + eps), "last dimension"),
+        ],
+    ),
+    "learning_rate": (
+        rate,
+        [
+            (lambda step, d, w: rate(step, d, w, scaled=False), "Off by the scale"),
+            (lambda step, d, w: rate(step, d, w, warm_power=-1.0), "during the warm-up"),
+            (lambda step, d, w: d**-0.5 * (step * w**-1.5 if step <= w else w**0.5 / step), "after the warm-up"),
+        ],
+    ),
+    "label_smoothing": (
+        smoothed_loss,
+        [
+            (lambda logits, targets, s, pad: smoothed_loss(logits, targets, s, pad, skip=False), "padding"),
+            (
+                lambda logits, targets, s, pad: F.cross_entropy(logits[targets != pad], targets[targets != pad]),
+                "does not smooth",
+            ),
+            (lambda logits, targets, s, pad: smoothed_loss(logits, targets, s, pad) * 2, "differs"),
+        ],
+    ),
+    "merge_pair": (
+        merge_pair,
+        [
+            (lambda ids, pair, new: merge_pair(ids[::-1], pair[::-1], new)[::-1], "scan from the left"),
+            (lambda ids, pair, new: merge_pair(ids, pair[::-1], new), "ordered"),
+            (lambda ids, pair, new: merge_pair(ids[:2], pair, new) + ids[2:], "not only the first"),
+        ],
+    ),
+    "repeat_kv_heads": (
+        lambda x, h: x.repeat_interleave(h // x.shape[1], dim=1),
+        [
+            (lambda x, h: x.repeat(1, h // x.shape[1], 1, 1), "repeat_interleave"),
+            (lambda x, h: x, "Wrong shape"),
+            (lambda x, h: x.repeat_interleave(h // x.shape[1], dim=1).flip(1), "other numbers"),
+        ],
+    ),
+    "lora": (
+        lambda x, w, b, A, B, alpha: x @ w.T + b + alpha / A.shape[0] * (x @ A.T @ B.T),
+        [
+            (lambda x, w, b, A, B, alpha: x @ w.T + b + alpha * (x @ A.T @ B.T), "not by alpha"),
+            (lambda x, w, b, A, B, alpha: x @ w.T + alpha / A.shape[0] * (x @ A.T @ B.T), "bias"),
+            (lambda x, w, b, A, B, alpha: x @ w.T + b + alpha / A.shape[0] * (x @ B @ A), "Your function raised"),
+        ],
+    ),
+    "rope": (
+        apply_rope,
+        [
+            (lambda x, positions, base: apply_rope(x, -positions, base), "wrong way"),
+            (lambda x, positions, base: apply_rope(x, positions), "ignores base"),
+            (lambda x, positions, base: x, "differs"),
+        ],
+    ),
+}
+
+
+def test_every_grader_has_cases() -> None:
+    assert set(CASES) == set(GRADERS)
+    assert len(GRADERS) >= 8, sorted(GRADERS)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_grader_passes_the_solution(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert grade(name, CASES[name][0])
+    assert capsys.readouterr().out.startswith("Passed: ")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_grader_fails_buggy_versions_and_says_why(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    buggy = CASES[name][1]
+    assert len(buggy) >= 2
+    for function, diagnosis in buggy:
+        assert not grade(name, function)
+        said = capsys.readouterr().out
+        assert diagnosis in said, f"{name}: expected {diagnosis!r} in {said!r}"
+        assert said.count("\n") == 1, "one sentence, one line"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_grader_says_not_yet_to_the_template(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert not grade(name, unfilled)
+    assert capsys.readouterr().out == "Not yet: fill in step 1.\n"
+
+
+def test_an_error_in_the_readers_function_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    assert not grade("target_mask", lambda lengths, m: 1 / 0)
+    assert capsys.readouterr().out == "Your function raised ZeroDivisionError: division by zero\n"
+
+
+def test_bad_names_and_arguments_raise_clear_errors() -> None:
+    with pytest.raises(KeyError, match="the graders are: attention, label_smoothing"):
+        grade("atention", attention)
+    with pytest.raises(TypeError, match="the function itself"):
+        grade("attention", attention(np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1))))
+
+
+def test_chapters_call_exactly_the_registered_graders() -> None:
+    calls: dict[str, set[str]] = {}
+    for chapter in sorted((ROOT / "book").glob("*.md")):
+        for name in re.findall(r"\bgrade\(\s*[\"']([^\"']*)[\"']", chapter.read_text()):
+            calls.setdefault(name, set()).add(chapter.stem)
+    unknown = sorted(set(calls) - set(GRADERS))
+    assert not unknown, f"chapters call graders that do not exist: {unknown}"
+    uncalled = sorted(set(GRADERS) - set(calls))
+    assert not uncalled, f"graders no chapter calls: {uncalled}"
+    elsewhere = {name: sorted(stems) for name, stems in calls.items() if stems != {GRADERS[name].chapter}}
+    assert not elsewhere, f"graders called outside the chapter they belong to: {elsewhere}"
