@@ -24,6 +24,7 @@ import os
 import statistics
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import sphinx.builders
@@ -72,6 +73,26 @@ def one_page_per_batch(arguments: Sequence[str], nproc: int, maxbatch: int = 10)
     return [[docname] for docname in sorted(arguments, key=expected_cost, reverse=True)]
 
 
+def execution_cache(arguments: Sequence[str]) -> Path:
+    """Where myst-nb keeps executed notebooks for this build: ``<output>/_build/.jupyter_cache``, the
+    output being ``--path-output`` or else the book's folder (the first argument)."""
+    output = arguments[0] if arguments else "."
+    for flag, value in zip(arguments, arguments[1:]):
+        if flag == "--path-output":
+            output = value
+    return Path(output).resolve() / "_build" / ".jupyter_cache"
+
+
+def create_execution_cache(path: Path) -> None:
+    """Create jupyter-cache's database before the parallel build starts: two Sphinx workers that
+    find none at once both create its tables, and the second fails (an OperationalError on a
+    UNIQUE constraint, seen here); one process creating it first leaves them nothing to race for."""
+    from jupyter_cache.cache.db import create_db
+
+    path.mkdir(parents=True, exist_ok=True)
+    create_db(path).dispose()
+
+
 def main(arguments: list[str]) -> int:
     # Imported here, not at the top, so that the tests of the functions above load no jupyter-book.
     import jupyter_book.sphinx
@@ -81,6 +102,7 @@ def main(arguments: list[str]) -> int:
     os.environ["OMP_NUM_THREADS"] = str(threads)  # the kernels inherit it, and torch reads it at import
     print(f"Building with {jobs} chapter(s) at once, {threads} thread(s) each", flush=True)
     if jobs > 1:
+        create_execution_cache(execution_cache(arguments))
         sphinx.builders.make_chunks = one_page_per_batch  # type: ignore[attr-defined]
         jupyter_book.sphinx.build_sphinx = functools.partial(jupyter_book.sphinx.build_sphinx, jobs=jobs)
     try:

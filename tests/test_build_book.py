@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import build_book
 import pytest
 
@@ -31,3 +33,20 @@ def test_every_page_is_read_once_and_the_longest_first() -> None:
     recorded = build_book.swept_seconds()
     assert recorded["decoder-only"] > recorded["batching"], "the sweep's records no longer say what this test assumes"
     assert order.index("book/decoder-only") < order.index("book/batching") < order.index("book/preface")
+
+
+def test_the_execution_cache_is_where_myst_nb_looks(tmp_path: Path) -> None:
+    assert build_book.execution_cache([".", "--builder", "html"]) == Path(".").resolve() / "_build" / ".jupyter_cache"
+    arguments = [".", "--builder", "html", "--path-output", str(tmp_path), "-W"]
+    assert build_book.execution_cache(arguments) == tmp_path / "_build" / ".jupyter_cache"
+
+
+def test_the_execution_cache_is_created_once_before_the_parallel_build(tmp_path: Path) -> None:
+    """The database and its tables exist before any worker opens it, and creating it again is harmless."""
+    from jupyter_cache import get_cache
+
+    cache = tmp_path / "_build" / ".jupyter_cache"
+    build_book.create_execution_cache(cache)
+    build_book.create_execution_cache(cache)
+    assert (cache / "global.db").is_file()
+    assert get_cache(str(cache)).list_cache_records() == []
