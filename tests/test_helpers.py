@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
+from matplotlib.patches import FancyBboxPatch
 
 import transformer_book
 from transformer_book import helpers, runtime, seconds_per_call
@@ -114,7 +115,7 @@ def test_diagram_arrow_writes_its_label_on_the_side_asked_for() -> None:
     runtime.diagram_arrow(ax, (1.0, 0.0), (1.0, 2.0))  # no label: no text
     labels = [text for text in ax.texts if text.get_text()]
     assert [text.get_text() for text in labels] == ["(n, d_k)"]
-    assert labels[0].get_position() == (-0.12, 1.0) and labels[0].get_ha() == "right"
+    assert labels[0].get_position() == (-0.12, 1.0) and labels[0].get_horizontalalignment() == "right"
     with pytest.raises(ValueError, match="side must be 'right' or 'left'"):
         runtime.diagram_arrow(ax, (0.0, 0.0), (1.0, 1.0), "x", side="above")
     plt.close(fig)
@@ -125,7 +126,7 @@ def test_diagram_box_draws_one_box_per_copy_with_its_title_and_code() -> None:
     runtime.diagram_box(ax, (2.0, 3.0), (2.0, 0.6), "SoftMax", "torch.softmax", "#FFF5B0", copies=2, dashed=True)
     assert len(ax.patches) == 3
     front = ax.patches[-1]  # drawn last, in front, at the centre given
-    assert front.get_linestyle() == "--"
+    assert isinstance(front, FancyBboxPatch) and front.get_linestyle() == "--"
     assert np.allclose([front.get_x() + front.get_width() / 2, front.get_y() + front.get_height() / 2], [2.0, 3.0])
     assert [text.get_text() for text in ax.texts] == ["SoftMax", "torch.softmax"]
     with pytest.raises(ValueError, match="size must be positive"):
