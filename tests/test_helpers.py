@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
+from matplotlib.patches import FancyBboxPatch
 
 import transformer_book
 from transformer_book import helpers, runtime, seconds_per_call
@@ -106,6 +107,48 @@ def test_plot_heatmap_rejects_non_matrices() -> None:
     with pytest.raises(ValueError, match="2-D matrix"):
         transformer_book.plot_heatmap(axes, torch.zeros(2, 2, 2))
     plt.close(figure)
+
+
+def test_diagram_arrow_writes_its_label_on_the_side_asked_for() -> None:
+    fig, ax = plt.subplots()
+    runtime.diagram_arrow(ax, (0.0, 0.0), (0.0, 2.0), "(n, d_k)", side="left")
+    runtime.diagram_arrow(ax, (1.0, 0.0), (1.0, 2.0))  # no label: no text
+    labels = [text for text in ax.texts if text.get_text()]
+    assert [text.get_text() for text in labels] == ["(n, d_k)"]
+    assert labels[0].get_position() == (-0.12, 1.0) and labels[0].get_horizontalalignment() == "right"
+    with pytest.raises(ValueError, match="side must be 'right' or 'left'"):
+        runtime.diagram_arrow(ax, (0.0, 0.0), (1.0, 1.0), "x", side="above")
+    plt.close(fig)
+
+
+def test_diagram_box_draws_one_box_per_copy_with_its_title_and_code() -> None:
+    fig, ax = plt.subplots()
+    runtime.diagram_box(ax, (2.0, 3.0), (2.0, 0.6), "SoftMax", "torch.softmax", "#FFF5B0", copies=2, dashed=True)
+    assert len(ax.patches) == 3
+    front = ax.patches[-1]  # drawn last, in front, at the centre given
+    assert isinstance(front, FancyBboxPatch) and front.get_linestyle() == "--"
+    assert np.allclose([front.get_x() + front.get_width() / 2, front.get_y() + front.get_height() / 2], [2.0, 3.0])
+    assert [text.get_text() for text in ax.texts] == ["SoftMax", "torch.softmax"]
+    with pytest.raises(ValueError, match="size must be positive"):
+        runtime.diagram_box(ax, (0.0, 0.0), (0.0, 1.0), "a", "b", "white")
+    with pytest.raises(ValueError, match="copies must be at least 0"):
+        runtime.diagram_box(ax, (0.0, 0.0), (1.0, 1.0), "a", "b", "white", copies=-1)
+    plt.close(fig)
+
+
+def test_number_cells_draws_a_vector_as_one_row_and_colours_by_number() -> None:
+    fig, ax = plt.subplots()
+    runtime.number_cells(ax, torch.tensor([1.5, -2.0]), 0.0, 1.0, "#BBBBBB", fmt="{:.1f}")
+    assert [text.get_text() for text in ax.texts] == ["1.5", "-2.0"]
+    assert [text.get_position() for text in ax.texts] == [(0.5, 0.5), (1.5, 0.5)]
+    runtime.number_cells(ax, [[0, 1], [2, 3]], 5.0, 0.0, lambda number: "red" if number % 2 else "blue")
+    fills = [patch.get_facecolor()[:3] for patch in ax.patches[4::2]]  # the shaded cell of each pair
+    assert fills == [(0.0, 0.0, 1.0), (1.0, 0.0, 0.0), (0.0, 0.0, 1.0), (1.0, 0.0, 0.0)]
+    with pytest.raises(ValueError, match="vector or a matrix, got shape"):
+        runtime.number_cells(ax, np.zeros((2, 2, 2)), 0.0, 0.0, "white")
+    with pytest.raises(ValueError, match="width must be positive"):
+        runtime.number_cells(ax, [1.0], 0.0, 0.0, "white", width=0.0)
+    plt.close(fig)
 
 
 def test_glue_shows_tables_but_not_numbers_in_the_book_by_default(monkeypatch) -> None:
@@ -275,3 +318,24 @@ def test_seconds_per_call_times_the_calls_after_two_warm_ups() -> None:
     assert seconds >= 0.01  # a lower bound only: sleeping can take longer, never less
     with pytest.raises(ValueError, match="calls must be a positive integer, got calls=0"):
         seconds_per_call(lambda: None, calls=0)
+
+
+def test_nudge_parameters_moves_every_parameter_and_draws_from_the_global_generator() -> None:
+    layer = torch.nn.LayerNorm(4)  # weight all ones, bias all zeros
+    torch.manual_seed(0)
+    assert helpers.nudge_parameters(layer, 0.1) is layer
+    torch.manual_seed(0)
+    expected_weight, expected_bias = 1 + 0.1 * torch.randn(4), 0.1 * torch.randn(4)
+    assert torch.equal(layer.weight.detach(), expected_weight) and torch.equal(layer.bias.detach(), expected_bias)
+    assert layer.weight.grad is None  # no graph was recorded
+
+
+@pytest.mark.parametrize("scale", [0.0, -0.1, float("nan"), float("inf"), "0.1"])
+def test_nudge_parameters_refuses_a_scale_that_is_not_positive_and_finite(scale: object) -> None:
+    with pytest.raises(ValueError, match="scale must be a positive finite number"):
+        helpers.nudge_parameters(torch.nn.Linear(2, 2), scale)  # type: ignore[arg-type]
+
+
+def test_nudge_parameters_refuses_what_is_not_a_module() -> None:
+    with pytest.raises(TypeError, match="needs a torch.nn.Module, got Tensor"):
+        helpers.nudge_parameters(torch.zeros(2), 0.1)  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ what a program would import from them.
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from collections.abc import Callable
 
@@ -87,3 +88,22 @@ def seconds_per_call(run: Callable[[], object], *, calls: int = 3) -> float:
     calls = positive_int(calls, "calls")
     timer = Timer(stmt="run()", globals={"run": run}, num_threads=torch.get_num_threads())
     return float(timer.timeit(calls).mean)
+
+
+def nudge_parameters(module: torch.nn.Module, scale: float) -> torch.nn.Module:
+    """Add Gaussian noise of standard deviation ``scale`` to every parameter of ``module``, in
+    place, and return the module.
+
+    A freshly built layer has zero biases, LayerNorms at the identity and, in PyTorch's stacks,
+    identical clones of one layer, so a comparison of two implementations could not see a
+    misplaced bias or layer; after the nudge, no two of them are alike. The noise is drawn from
+    torch's global generator, one parameter after another in ``module.parameters()`` order.
+    """
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"nudge_parameters needs a torch.nn.Module, got {type(module).__name__}")
+    if not (isinstance(scale, (int, float)) and scale > 0 and math.isfinite(scale)):
+        raise ValueError(f"nudge_parameters: scale must be a positive finite number, got {scale!r}")
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.add_(scale * torch.randn_like(parameter))
+    return module

@@ -14,7 +14,7 @@ import os
 import platform
 import random
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -325,6 +325,147 @@ def plot_heatmap(
             ax.text(col, row, fmt.format(value), ha="center", va="center", color=colour, fontsize=9)
     if colorbar_label is not None:
         ax.figure.colorbar(image, ax=ax, label=colorbar_label)
+
+
+#: The ink of the arrows and outlines of the book's diagrams, and of the labels beside them.
+DIAGRAM_INK, LABEL_INK = "#333333", "#555555"
+
+
+def diagram_arrow(
+    ax: Axes,
+    start: tuple[float, float],
+    end: tuple[float, float],
+    label: str | None = None,
+    *,
+    side: str = "right",
+    color: str = DIAGRAM_INK,
+    lw: float = 1.2,
+) -> None:
+    """Draw an arrow of a diagram from ``start`` to ``end`` (data coordinates).
+
+    ``label``, if given, is written beside the arrow's middle on ``side`` ("right" or "left"),
+    in the monospaced grey of the book's diagrams: the shape of the tensor the arrow carries.
+    """
+    if side not in ("right", "left"):
+        raise ValueError(f"diagram_arrow: side must be 'right' or 'left', got {side!r}")
+    if lw <= 0:
+        raise ValueError(f"diagram_arrow: lw must be positive, got {lw}")
+    ax.annotate(
+        "",
+        xy=end,
+        xytext=start,
+        zorder=1,
+        arrowprops={"arrowstyle": "-|>", "color": color, "lw": lw, "shrinkA": 0, "shrinkB": 0},
+    )
+    if label is not None:
+        shift = 0.12 if side == "right" else -0.12
+        ax.text(
+            start[0] + shift,
+            (start[1] + end[1]) / 2,
+            label,
+            ha="left" if side == "right" else "right",
+            va="center",
+            fontsize=9,
+            color=LABEL_INK,
+            family="monospace",
+        )
+
+
+def diagram_box(
+    ax: Axes,
+    xy: tuple[float, float],
+    size: tuple[float, float],
+    title: str,
+    code: str,
+    fill: str,
+    *,
+    copies: int = 0,
+    dashed: bool = False,
+    fontsize: float = 10,
+) -> None:
+    """Draw a rounded box of a diagram centred at ``xy``, of ``size`` (width, height): the
+    paper's name of the step in bold, and below it, in monospace, the book's code for it.
+
+    ``copies`` > 0 draws that many boxes behind it, each offset up and right by 0.1: one per
+    head, or per layer. ``dashed`` outlines an optional step.
+    """
+    width, height = size
+    if width <= 0 or height <= 0:
+        raise ValueError(f"diagram_box: size must be positive, got {size}")
+    if copies < 0:
+        raise ValueError(f"diagram_box: copies must be at least 0, got {copies}")
+    from matplotlib.patches import FancyBboxPatch
+
+    x, y = xy
+    for copy in range(copies, -1, -1):
+        offset = 0.1 * copy
+        ax.add_patch(
+            FancyBboxPatch(
+                (x - width / 2 + offset, y - height / 2 + offset),
+                width,
+                height,
+                boxstyle="round,pad=0.02,rounding_size=0.1",
+                facecolor=fill,
+                edgecolor="#444444",
+                linewidth=1.0,
+                linestyle="--" if dashed else "-",
+                zorder=2 + 0.1 * (copies - copy),
+            )
+        )
+    ax.text(x, y + 0.13, title, ha="center", va="center", fontsize=fontsize, fontweight="bold", zorder=4)
+    ax.text(
+        x,
+        y - 0.15,
+        code,
+        ha="center",
+        va="center",
+        fontsize=fontsize - 1,
+        family="monospace",
+        color=DIAGRAM_INK,
+        zorder=4,
+    )
+
+
+def number_cells(
+    ax: Axes,
+    numbers: Any,
+    left: float,
+    top: float,
+    colour: str | Callable[[Any], str],
+    *,
+    fmt: str = "{:g}",
+    width: float = 1.0,
+    alpha: float = 0.35,
+    fontsize: float = 10,
+) -> None:
+    """Draw a vector or a matrix as a grid of shaded cells, each ``width`` by 1 and showing its
+    number formatted by ``fmt``, the grid's top-left corner at (``left``, ``top``).
+
+    A vector is drawn as one row. ``colour`` is one colour for every cell, or a function of
+    the cell's number that returns its colour.
+    """
+    grid = _to_numpy(numbers)
+    if grid.ndim == 1:
+        grid = grid[None]
+    if grid.ndim != 2:
+        raise ValueError(f"number_cells needs a vector or a matrix, got shape {tuple(grid.shape)}")
+    if width <= 0:
+        raise ValueError(f"number_cells: width must be positive, got {width}")
+    from matplotlib.patches import Rectangle
+
+    for (row, column), number in np.ndenumerate(grid):
+        corner = (left + column * width, top - row - 1)
+        fill = colour(number) if callable(colour) else colour
+        ax.add_patch(Rectangle(corner, width, 1, facecolor=fill, alpha=alpha, edgecolor="none"))
+        ax.add_patch(Rectangle(corner, width, 1, fill=False, edgecolor="white", linewidth=1.5))
+        ax.text(
+            left + (column + 0.5) * width,
+            top - row - 0.5,
+            fmt.format(number),
+            ha="center",
+            va="center",
+            fontsize=fontsize,
+        )
 
 
 def glue(name: str, value: Any, display: bool | None = None) -> None:
