@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 
@@ -15,6 +17,7 @@ from transformer_book.batching import (
     make_batch,
     pad_sequences,
     random_copy_sequence,
+    shuffled_batches,
 )
 from transformer_book.scaled_dot_product import causal_mask
 
@@ -100,3 +103,33 @@ def test_labelled_batch_passes_its_inputs_by_name_and_counts_its_targets() -> No
     batch = LabelledBatch({"images": images}, labels)
     assert batch.model_inputs() == {"images": images} and batch.target_output is labels
     assert batch.num_target_tokens == 5 and LabelledBatch.ignore_index == -100
+
+
+def test_shuffled_batches_deal_every_pass_in_a_new_order_and_drop_the_short_batch() -> None:
+    deal = shuffled_batches(7, 3, seed=5)
+    passes = [[next(deal) for _ in range(2)] for _ in range(3)]  # 7 // 3 = 2 full batches a pass
+    for batches in passes:
+        indices = [index for batch in batches for index in batch]
+        assert all(len(batch) == 3 for batch in batches) and len(set(indices)) == 6 and set(indices) <= set(range(7))
+    assert passes[0] != passes[1], "a new order every pass"
+    again = shuffled_batches(7, 3, seed=5)
+    assert [next(again) for _ in range(6)] == [batch for batches in passes for batch in batches], "seeded"
+
+
+def test_shuffled_batches_equal_the_loop_the_chapters_wrote_before() -> None:
+    """translation, instruction-tuning and preference-tuning each shuffled a list of indices with
+    random.Random(seed) every pass; the shared deal draws the same batches, so their runs are unchanged."""
+    rng, order, expected = random.Random(11), list(range(10)), []
+    while len(expected) < 9:
+        rng.shuffle(order)
+        expected += [order[start : start + 4] for start in range(0, 10 - 4 + 1, 4)]
+    deal = shuffled_batches(10, 4, seed=11)
+    assert [next(deal) for _ in range(len(expected))] == expected
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "message"), [(0, "positive integer"), (8, "batch_size=8 is more than the 7 rows")]
+)
+def test_shuffled_batches_refuse_a_batch_size_that_does_not_fit(batch_size: int, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        next(shuffled_batches(7, batch_size, seed=0, what="rows"))
