@@ -119,7 +119,8 @@ def test_shuffled_batches_deal_every_pass_in_a_new_order_and_drop_the_short_batc
 def test_shuffled_batches_equal_the_loop_the_chapters_wrote_before() -> None:
     """translation, instruction-tuning and preference-tuning each shuffled a list of indices with
     random.Random(seed) every pass; the shared deal draws the same batches, so their runs are unchanged."""
-    rng, order, expected = random.Random(11), list(range(10)), []
+    rng, order = random.Random(11), list(range(10))
+    expected: list[list[int]] = []
     while len(expected) < 9:
         rng.shuffle(order)
         expected += [order[start : start + 4] for start in range(0, 10 - 4 + 1, 4)]
