@@ -29,6 +29,8 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from transformer_book.modern_decoder import kv_cache_bytes
+from transformer_book.scaling_laws import training_flops
 from transformer_book.validation import positive_int
 
 __all__ = [
@@ -410,14 +412,22 @@ def memory_estimate(
     parameters = 2 * vocab * d + layers * per_layer + d
     non_embedding = parameters - vocab * d
     weights = parameters * size
+    cache = kv_cache_bytes(
+        num_layers=layers,
+        num_kv_heads=kv_heads,
+        d_head=d_head,
+        tokens=config["context"],
+        bytes_per_number=size,
+        batch_size=config["batch_size"],
+    )
     return {
         "parameters": parameters,
         "non-embedding parameters": non_embedding,
-        "kv cache": 2 * layers * kv_heads * d_head * config["context"] * config["batch_size"] * size,
+        "kv cache": cache,
         "weights": weights,
         "gradients": weights,
         "Adam state": 2 * weights,
-        "6ND": 6.0 * non_embedding * config["tokens"],
+        "6ND": training_flops(non_embedding, config["tokens"]),
     }
 
 
