@@ -113,6 +113,23 @@ def test_layer_norm_uses_biased_variance_and_eps_inside_the_root() -> None:
     assert torch.allclose(norm(torch.tensor([1.0, 3.0])), expected)
 
 
+def test_layer_norm_runs_as_written_on_the_cpu_and_fused_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On a GPU the written-out lines are one kernel launch each; there forward calls F.layer_norm once.
+    calls: list[str] = []
+    fused = torch.nn.functional.layer_norm
+
+    def counting_layer_norm(x: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        calls.append(x.device.type)
+        return fused(x, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(torch.nn.functional, "layer_norm", counting_layer_norm)
+    norm = LayerNorm(8)
+    norm(torch.randn(2, 8))
+    assert calls == []
+    output = norm.to("meta")(torch.randn(2, 8, device="meta"))
+    assert calls == ["meta"] and output.shape == (2, 8)
+
+
 def test_layer_norm_starts_as_identity_gain_and_zero_shift() -> None:
     norm = LayerNorm(6)
     assert torch.equal(norm.weight, torch.ones(6)) and torch.equal(norm.bias, torch.zeros(6))
