@@ -17,6 +17,7 @@ from matplotlib.patches import FancyBboxPatch, Rectangle
 from matplotlib.text import Annotation
 
 from transformer_book.figures_heads import (
+    compare_with_torch_attention,
     count_multiply_adds,
     describe_entries,
     draw_encoding_columns,
@@ -29,9 +30,10 @@ from transformer_book.figures_heads import (
     draw_split_and_merge,
     show_value_error,
 )
-from transformer_book.multi_head_attention import MultiHeadAttention, merge_heads, split_heads
+from transformer_book.multi_head_attention import MultiHeadAttention, load_torch_weights, merge_heads, split_heads
 from transformer_book.positional_encoding import rotation_matrix, sinusoidal_encoding
 from transformer_book.runtime import PALETTE
+from transformer_book.scaled_dot_product import causal_mask
 
 matplotlib.use("Agg")
 
@@ -106,6 +108,29 @@ def test_count_multiply_adds_matches_the_formula_for_any_number_of_heads() -> No
             "scores and weighted sum": 2 * n**2 * d,
             "total": 4 * n * d**2 + 2 * n**2 * d,
         }
+
+
+def test_compare_with_torch_attention_finds_agreement_only_where_the_weights_agree() -> None:
+    torch.manual_seed(0)
+    theirs = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    ours = MultiHeadAttention(8, 2)
+    load_torch_weights(ours, theirs)
+    x = torch.randn(2, 5, 8)
+    causal = causal_mask(5)[None]
+    cases = {"no mask": (None, {}), "causal": (causal, {"attn_mask": ~causal[0]})}
+    rows, weights = compare_with_torch_attention(ours, theirs, x, cases)
+    assert [row["mask"] for row in rows] == ["no mask", "causal"]
+    assert all(
+        float(row[column]) < 1e-6 for row in rows for column in ["max |output difference|", "max |weight difference|"]
+    )
+    assert weights["causal"].shape == (2, 2, 5, 5) and (weights["causal"].triu(diagonal=1) == 0).all()
+    # the book's mask and PyTorch's arguments disagree: the difference shows it
+    rows, _ = compare_with_torch_attention(ours, theirs, x, {"mismatched": (causal, {})})
+    assert float(rows[0]["max |weight difference|"]) > 1e-3
+    with torch.no_grad():
+        ours.w_k.weight.add_(0.5)  # now the scores differ
+    rows, _ = compare_with_torch_attention(ours, theirs, x, cases)
+    assert all(float(row["max |weight difference|"]) > 1e-3 for row in rows)
 
 
 def test_describe_entries_tells_nan_zero_and_other_rows_apart() -> None:
@@ -235,7 +260,8 @@ def test_show_value_error_prints_the_wrapped_message_and_insists_on_an_error(
     def refuse() -> None:
         raise ValueError("word " * 40)
 
-    show_value_error(refuse, width=40)
+    error = show_value_error(refuse, width=40)
+    assert isinstance(error, ValueError) and str(error) == "word " * 40
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("ValueError: word") and len(lines) > 3
     # the message is wrapped to 40 columns, after the "ValueError: " in front of its first line

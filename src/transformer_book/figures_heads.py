@@ -223,6 +223,39 @@ def count_multiply_adds(module: nn.Module, x: Tensor) -> dict[str, int]:
     return {"projections": total - batched, "scores and weighted sum": batched, "total": total}
 
 
+def compare_with_torch_attention(
+    ours: nn.Module,
+    theirs: nn.MultiheadAttention,
+    x: Tensor,
+    cases: Mapping[str, tuple[Tensor | None, Mapping[str, Tensor]]],
+) -> tuple[list[dict[str, str | float]], dict[str, Tensor]]:
+    """Run the book's module and PyTorch's ``nn.MultiheadAttention`` on self-attention over ``x``,
+    once per case, and measure how far apart they are.
+
+    ``cases`` maps a case's name to the book's mask (True = may attend, or None) and the keyword
+    arguments that say the same to PyTorch (``key_padding_mask``, ``attn_mask``: True = blocked).
+    Returns one row per case, ``{"mask": name, "max |output difference|": ..., "max |weight
+    difference|": ...}`` (every head's weights compared, not their average), and the book's
+    weights for each case.
+    """
+    rows: list[dict[str, str | float]] = []
+    our_weights_by_case: dict[str, Tensor] = {}
+    with torch.no_grad():
+        for name, (our_mask, their_masks) in cases.items():
+            our_output, our_weights = ours(x, x, x, mask=our_mask)
+            their_output, their_weights = theirs(x, x, x, need_weights=True, average_attn_weights=False, **their_masks)
+            assert their_weights is not None  # need_weights=True
+            rows.append(
+                {
+                    "mask": name,
+                    "max |output difference|": (our_output - their_output).abs().max().item(),
+                    "max |weight difference|": (our_weights - their_weights).abs().max().item(),
+                }
+            )
+            our_weights_by_case[name] = our_weights
+    return rows, our_weights_by_case
+
+
 def describe_entries(row: Tensor) -> str:
     """Say in words what a tensor of numbers holds: NaN everywhere, zeros everywhere, or neither."""
     if torch.isnan(row).all():
@@ -471,8 +504,8 @@ def draw_mean_attention_maps(maps: Mapping[str, Tensor]) -> Figure:
     return fig
 
 
-def show_value_error(action: Callable[[], object], width: int = 76) -> None:
-    """Run ``action`` and print the ValueError it raises, wrapped to ``width`` columns.
+def show_value_error(action: Callable[[], object], width: int = 76) -> ValueError:
+    """Run ``action``, print the ValueError it raises wrapped to ``width`` columns, and return it.
 
     Raises:
         AssertionError: if action raises no ValueError (the call was meant to be refused).
@@ -481,5 +514,5 @@ def show_value_error(action: Callable[[], object], width: int = 76) -> None:
         action()
     except ValueError as error:
         print("ValueError:", textwrap.fill(str(error), width=width, subsequent_indent="    "))
-    else:
-        raise AssertionError("show_value_error: the action raised no ValueError")
+        return error
+    raise AssertionError("show_value_error: the action raised no ValueError")
