@@ -1,0 +1,292 @@
+"""Figures and measuring tools of Parts I and II's first chapters: sequential-bottleneck,
+attention-as-lookup, scaled-dot-product and self-attention.
+
+Written by hand, not exported from a chapter. Each ``draw_*`` function draws one figure of a chapter
+from data the chapter computed and passes in: it computes no result of its own and returns the
+figure, for ``glue(name, figure, display=False)``. The measuring tools (``one_thread``,
+``multiply_adds``, ``median_ms``, ``central_difference_gradient``) and the table helpers are the
+plumbing the chapters used to repeat in collapsed cells. Matplotlib is imported inside the
+functions, so importing this module does not load it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.overrides import TorchFunctionMode
+
+from transformer_book.helpers import device
+
+if TYPE_CHECKING:  # plotting is imported where it is used, not with the module
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+
+def _subplots(*args: Any, **kwargs: Any) -> tuple[Figure, Any]:
+    """``plt.subplots``, with pyplot imported on first use."""
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(*args, **kwargs)
+
+
+def _positive_length(name: str, values: Sequence[Any] | Tensor | np.ndarray) -> int:
+    """The number of entries of ``values``; a ValueError naming ``name`` if there are none."""
+    length = len(values)
+    if length == 0:
+        raise ValueError(f"{name} is empty: a figure needs at least one entry")
+    return length
+
+
+def _same_length(names: str, *sequences: Sequence[Any] | Tensor | np.ndarray) -> int:
+    """The common length of ``sequences``; a ValueError naming them if the lengths differ or are 0."""
+    lengths = [len(sequence) for sequence in sequences]
+    if len(set(lengths)) != 1 or lengths[0] == 0:
+        raise ValueError(f"{names} must be non-empty and of the same length, got lengths {lengths}")
+    return lengths[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# sequential-bottleneck
+
+
+def draw_layer_graphs(n: int) -> Figure:
+    """Who depends on whom in a recurrent layer and in a self-attention layer of ``n`` positions.
+
+    Inputs on the bottom row, outputs on the top row, one arrow per direct dependency. The route
+    from the first input to the last output is drawn in orange: ``n`` arrows through the
+    recurrence, one through self-attention.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise ValueError(f"draw_layer_graphs needs a whole number of positions n >= 2, got {n!r}")
+    fig, axes = _subplots(1, 2, figsize=(9.0, 2.9))
+    grey, route = "#9a9a9a", "#D55E00"
+
+    def arrow(ax: Axes, start: tuple[float, float], end: tuple[float, float], colour: str, width: float) -> None:
+        ax.annotate(
+            "",
+            xy=end,
+            xytext=start,
+            arrowprops={
+                "arrowstyle": "-|>",
+                "color": colour,
+                "lw": width,
+                "shrinkA": 11,
+                "shrinkB": 11,
+                "mutation_scale": 9,
+            },
+        )
+
+    def nodes(ax: Axes, y: float, letter: str, colour: str) -> None:
+        for position in range(n):
+            ax.scatter(position, y, s=520, color="white", edgecolor=colour, linewidth=1.6, zorder=3)
+            ax.text(position, y, f"${letter}_{position + 1}$", ha="center", va="center", fontsize=10, zorder=4)
+
+    ax_rnn, ax_att = axes
+    for position in range(n):
+        arrow(ax_rnn, (position, 0), (position, 1), route if position == 0 else grey, 1.6 if position == 0 else 1.0)
+        if position > 0:
+            arrow(ax_rnn, (position - 1, 1), (position, 1), route, 1.6)
+    nodes(ax_rnn, 0, "x", "#555555")
+    nodes(ax_rnn, 1, "h", "#0072B2")
+    ax_rnn.set_title(f"recurrent layer: $x_1$ enters $h_1$, then {n - 1} steps to $h_{n}$")
+
+    for source, target in itertools.product(range(n), range(n)):
+        if (source, target) != (0, n - 1):
+            arrow(ax_att, (source, 0), (target, 1), grey, 0.6)
+    arrow(ax_att, (0, 0), (n - 1, 1), route, 1.8)
+    nodes(ax_att, 0, "x", "#555555")
+    nodes(ax_att, 1, "y", "#009E73")
+    ax_att.set_title(f"self-attention layer: 1 step from $x_1$ to $y_{n}$")
+
+    for ax in axes:
+        ax.set_xlim(-0.6, n - 0.4)
+        ax.set_ylim(-0.45, 1.45)
+        ax.set_axis_off()
+    return fig
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Run PyTorch on one CPU thread: for thousands of tiny operations in a row, a second thread
+    adds only the cost of keeping the two in step (the sequential bottleneck once more)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+class MultiplyAddCounter(TorchFunctionMode):
+    """Adds up the multiply-adds of every 2-D (m x k) @ (k x p) product run inside it: m * k * p each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.multiply_adds = 0
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        if getattr(func, "__name__", "") in {"matmul", "__matmul__"}:
+            left, right = args
+            if left.dim() != 2 or right.dim() != 2:
+                raise ValueError(
+                    f"MultiplyAddCounter counts 2-D products only, got shapes {tuple(left.shape)} "
+                    f"and {tuple(right.shape)}"
+                )
+            self.multiply_adds += left.shape[0] * left.shape[1] * right.shape[1]
+        return func(*args, **(kwargs or {}))
+
+
+def multiply_adds(layer: Callable[..., Tensor], *args: Tensor) -> int:
+    """Multiply-adds of the (2-D) matrix products in one call ``layer(*args)``."""
+    counter = MultiplyAddCounter()
+    with counter:
+        layer(*args)
+    return counter.multiply_adds
+
+
+def median_ms(layer: Callable[..., Tensor], *args: Tensor, min_run_time: float = 0.1) -> float:
+    """Median wall-clock time of ``layer(*args)`` in milliseconds, without building autograd graphs.
+
+    ``torch.utils.benchmark.Timer`` waits for CUDA; Apple's MPS queues work too, so there the
+    statement waits for it. ``min_run_time`` is the least total time (seconds) spent timing.
+    """
+    if not min_run_time > 0:
+        raise ValueError(f"median_ms: min_run_time must be positive seconds, got {min_run_time}")
+    from torch.utils.benchmark import Timer  # imported on first use
+
+    synchronize: Callable[[], None] = torch.mps.synchronize if device().type == "mps" else (lambda: None)
+    timer = Timer(
+        stmt="layer(*args); synchronize()", globals={"layer": layer, "args": args, "synchronize": synchronize}
+    )
+    with torch.inference_mode():
+        return float(timer.blocked_autorange(min_run_time=min_run_time).median * 1e3)
+
+
+def draw_work_and_time(
+    sizes: Sequence[int],
+    rnn_work: Sequence[float],
+    attention_work: Sequence[float],
+    rnn_ms: Sequence[float],
+    attention_ms: Sequence[float],
+    *,
+    d: int,
+    crossover: float | None,
+    device_name: str,
+) -> Figure:
+    """Two log-log panels against the sequence length: multiply-adds counted (left) and median
+    times measured on ``device_name`` (right) of the recurrent and the self-attention layer.
+
+    A dashed fan of slopes n and n² sits in the right panel's upper left, a dotted line marks
+    n = ``d`` in both, and a green line the measured ``crossover`` of the times (None: none).
+    """
+    _same_length(
+        "sizes, rnn_work, attention_work, rnn_ms and attention_ms",
+        sizes,
+        rnn_work,
+        attention_work,
+        rnn_ms,
+        attention_ms,
+    )
+    fig, (ax_work, ax_time) = _subplots(1, 2, figsize=(9.6, 3.9))
+    sizes_array = np.array(sizes)
+    ax_work.plot(sizes_array, rnn_work, "o-", label="recurrent, $2nd^2$")
+    ax_work.plot(sizes_array, attention_work, "s-", label="self-attention, $2n^2d$")
+    ax_work.set_ylabel("multiply-adds per call")
+    ax_work.set_title(f"Work, counted (d = {d})")
+
+    ax_time.plot(sizes_array, rnn_ms, "o-", label="recurrent (Python loop)")
+    ax_time.plot(sizes_array, attention_ms, "s-", label="self-attention")
+    # Reference slopes as a fan in the empty upper left: what n and n^2 growth look like here.
+    fan = sizes_array[sizes_array <= 4 * sizes_array[0]]
+    fan_start = max(np.max(np.asarray(rnn_ms)), np.max(np.asarray(attention_ms))) / 16  # the n^2 line ends level
+    for exponent, label in [(1, "$\\propto n$"), (2, "$\\propto n^2$")]:  # with the slowest call
+        reference = fan_start * (fan / fan[0]) ** exponent
+        ax_time.plot(fan, reference, "--", color="#555555", linewidth=0.8)
+        ax_time.text(fan[-1] * 1.1, reference[-1], label, va="center", fontsize=9.5, color="#555555")
+    if crossover is not None:
+        ax_time.axvline(crossover, color="#009E73", linewidth=1.0, label="measured crossover")
+    ax_time.set_ylabel("median time per call (ms)")
+    ax_time.set_title(f"Time, measured on {device_name}")
+
+    for ax in (ax_work, ax_time):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(sizes)[::2], labels=[str(n) for n in list(sizes)[::2]])
+        ax.set_yscale("log")
+        ax.axvline(d, color="#777777", linestyle=":", linewidth=1.2)
+        ax.text(d * 1.08, ax.get_ylim()[1], "n = d", va="top", fontsize=9, color="#555555")
+        ax.set_xlabel("sequence length n (tokens)")
+        ax.legend(loc="lower right", fontsize=9)
+    return fig
+
+
+def draw_path_lengths(sizes: Sequence[int], path_lengths: Mapping[str, Sequence[int]]) -> Figure:
+    """Measured maximum path length against the sequence length, log-log, one line per layer type.
+
+    ``path_lengths`` maps each layer's name, in the order recurrent, contiguous convolution,
+    dilated convolution, self-attention, to its path length at each of ``sizes``.
+    """
+    markers = ["o", "^", "D", "s"]
+    if len(path_lengths) != len(markers):
+        raise ValueError(f"draw_path_lengths needs {len(markers)} layer types, got {list(path_lengths)}")
+    _same_length("sizes and every path length", sizes, *path_lengths.values())
+    fig, ax = _subplots(figsize=(6.4, 3.9))
+    for (column, lengths), marker in zip(path_lengths.items(), markers):
+        ax.plot(sizes, lengths, marker=marker, label=column)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xticks(list(sizes)[::2], labels=[str(n) for n in list(sizes)[::2]])
+    ticks = [4**power for power in range(7) if 4**power <= sizes[-1]]
+    ax.set_yticks(ticks, labels=[str(tick) for tick in ticks])
+    ax.set_xlabel("sequence length n (tokens)")
+    ax.set_ylabel("maximum path length (steps or layers)")
+    ax.set_title("Steps from the first position to the last")
+    ax.legend(fontsize=9)
+    return fig
+
+
+#: The rows of the paper's Table 1, in its order.
+TABLE_1_LAYERS = ["Self-Attention", "Recurrent", "Convolutional", "Self-Attention (restricted)"]
+
+
+def table_1_columns(
+    *,
+    exponents: tuple[float, float],
+    steps: tuple[int, int, int],
+    paths: tuple[int, int, int, int],
+    kernel: int,
+    n_max: int,
+) -> dict[str, list[str]]:
+    """The columns of the paper's Table 1 (rows :data:`TABLE_1_LAYERS`) beside measured ones.
+
+    ``exponents``: fitted time exponents of self-attention and the recurrent layer; ``steps``:
+    sequential steps at ``n_max`` of self-attention, the recurrent layer and one convolution;
+    ``paths``: path lengths at ``n_max`` of self-attention, the recurrent layer, the dilated and
+    the contiguous convolution stacks of kernel ``kernel``. The restricted layer is not built.
+    """
+    attention_exponent, rnn_exponent = exponents
+    attention_path, rnn_path, dilated_path, contiguous_path = paths
+    return {
+        "complexity per layer": ["O(n²·d)", "O(n·d²)", "O(k·n·d²)", "O(r·n·d)"],
+        "sequential operations": ["O(1)", "O(n)", "O(1)", "O(1)"],
+        "maximum path length": ["O(1)", "O(n)", "O(log_k(n))", "O(n/r)"],
+        "time exponent, measured": [f"{attention_exponent:.2f}", f"{rnn_exponent:.2f}", "not timed", "not built"],
+        f"sequential steps at n = {n_max}, measured": [*(str(step) for step in steps), "not built"],
+        f"path length at n = {n_max}, measured": [
+            str(attention_path),
+            str(rnn_path),
+            f"{dilated_path} dilated, {contiguous_path} contiguous (k = {kernel})",
+            "not built",
+        ],
+    }

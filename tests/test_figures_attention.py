@@ -1,0 +1,144 @@
+"""The figures and measuring tools of sequential-bottleneck, attention-as-lookup, scaled-dot-product and
+self-attention (transformer_book.figures_attention): each draws what it is given, labelled, and refuses
+input it cannot draw."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+from matplotlib.text import Annotation
+
+from transformer_book import figures_attention as fa
+from transformer_book import use_book_style
+
+
+@pytest.fixture(autouse=True)
+def _book_style_and_no_open_figures():
+    use_book_style()
+    yield
+    plt.close("all")
+
+
+def arrows(ax):
+    return [child for child in ax.get_children() if isinstance(child, Annotation) and child.arrow_patch is not None]
+
+
+def texts(ax):
+    """The words on an axes, without the empty texts of its arrows."""
+    return [text.get_text() for text in ax.texts if text.get_text()]
+
+
+def ydata(line):
+    return np.asarray(line.get_ydata()).tolist()
+
+
+# ---------------------------------------------------------------------------------------------
+# sequential-bottleneck
+
+
+@pytest.mark.parametrize("n", [2, 5])
+def test_layer_graphs_draw_every_dependency_once(n: int) -> None:
+    fig = fa.draw_layer_graphs(n)
+    ax_rnn, ax_att = fig.axes
+    assert len(arrows(ax_rnn)) == n + (n - 1)  # x_t -> h_t, and h_{t-1} -> h_t
+    assert len(arrows(ax_att)) == n * n  # every input to every output
+    assert f"then {n - 1} steps to $h_{n}$" in ax_rnn.get_title() and f"$y_{n}$" in ax_att.get_title()
+    assert sorted(texts(ax_att)) == sorted(
+        [f"$x_{i}$" for i in range(1, n + 1)] + [f"$y_{i}$" for i in range(1, n + 1)]
+    )
+
+
+@pytest.mark.parametrize("n", [1, 0, 2.0, True])
+def test_layer_graphs_refuse_fewer_than_two_positions(n) -> None:
+    with pytest.raises(ValueError, match="n >= 2"):
+        fa.draw_layer_graphs(n)
+
+
+def test_one_thread_runs_on_one_thread_and_restores_the_count() -> None:
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError, match="inside"):
+        with fa.one_thread():
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("inside")
+    assert torch.get_num_threads() == before
+
+
+def test_multiply_adds_counts_every_product_of_a_call() -> None:
+    a, b, c = torch.randn(3, 4), torch.randn(4, 5), torch.randn(5, 2)
+    assert fa.multiply_adds(lambda x, y, z: (x @ y) @ z, a, b, c) == 3 * 4 * 5 + 3 * 5 * 2
+    assert fa.multiply_adds(torch.matmul, a, b) == 3 * 4 * 5
+    assert fa.multiply_adds(lambda x: x + 1, a) == 0  # no product, no multiply-adds
+
+
+def test_multiply_adds_refuses_batched_products() -> None:
+    with pytest.raises(ValueError, match="2-D products only"):
+        fa.multiply_adds(torch.matmul, torch.randn(2, 3, 4), torch.randn(4, 5))
+
+
+def test_median_ms_times_calls_of_the_layer() -> None:
+    calls = []
+
+    def layer(x: torch.Tensor) -> torch.Tensor:
+        calls.append(torch.is_inference_mode_enabled())
+        return x * 2
+
+    milliseconds = fa.median_ms(layer, torch.ones(3), min_run_time=0.001)
+    assert calls and all(calls), "the layer runs, in inference mode"
+    assert math.isfinite(milliseconds) and milliseconds > 0
+    with pytest.raises(ValueError, match="min_run_time"):
+        fa.median_ms(layer, torch.ones(3), min_run_time=0)
+
+
+@pytest.mark.parametrize("crossover", [None, 300.0])
+def test_work_and_time_plots_both_layers_on_log_axes(crossover: float | None) -> None:
+    sizes = [16, 32, 64, 128, 256, 512]
+    rnn_ms, attention_ms = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0], [0.1, 0.2, 0.6, 2.0, 8.0, 30.0]
+    fig = fa.draw_work_and_time(
+        sizes,
+        [2 * n * 64**2 for n in sizes],
+        [2 * n**2 * 64 for n in sizes],
+        rnn_ms,
+        attention_ms,
+        d=64,
+        crossover=crossover,
+        device_name="cpu",
+    )
+    ax_work, ax_time = fig.axes
+    for ax in (ax_work, ax_time):
+        assert ax.get_xscale() == ax.get_yscale() == "log"
+        assert ax.get_xlabel() == "sequence length n (tokens)" and "n = d" in texts(ax)
+    assert ax_time.get_ylabel() == "median time per call (ms)" and ax_time.get_title() == "Time, measured on cpu"
+    assert ax_work.get_title() == "Work, counted (d = 64)"
+    time_lines = {line.get_label(): line for line in ax_time.get_lines()}
+    assert ydata(time_lines["recurrent (Python loop)"]) == rnn_ms
+    assert ydata(time_lines["self-attention"]) == attention_ms
+    assert ("measured crossover" in time_lines) == (crossover is not None)
+
+
+def test_work_and_time_refuses_series_of_different_lengths() -> None:
+    with pytest.raises(ValueError, match="same length"):
+        fa.draw_work_and_time([16, 32], [1, 2], [1, 2], [1.0], [1.0, 2.0], d=8, crossover=None, device_name="cpu")
+
+
+def test_path_lengths_draw_one_labelled_line_per_layer() -> None:
+    sizes = [16, 32, 64]
+    lengths = {"recurrent": [15, 31, 63], "conv": [8, 16, 32], "dilated": [3, 4, 4], "self-attention": [1, 1, 1]}
+    ax = fa.draw_path_lengths(sizes, lengths).axes[0]
+    assert {line.get_label(): ydata(line) for line in ax.get_lines()} == lengths
+    assert ax.get_xlabel() == "sequence length n (tokens)" and "path length" in ax.get_ylabel()
+    with pytest.raises(ValueError, match="4 layer types"):
+        fa.draw_path_lengths(sizes, {"recurrent": [15, 31, 63]})
+
+
+def test_table_1_puts_the_measurements_beside_the_papers_columns() -> None:
+    columns = fa.table_1_columns(
+        exponents=(1.91, 1.02), steps=(1, 2048, 1), paths=(1, 2047, 7, 1024), kernel=3, n_max=2048
+    )
+    assert all(len(column) == len(fa.TABLE_1_LAYERS) for column in columns.values())
+    assert columns["time exponent, measured"][:2] == ["1.91", "1.02"]
+    assert columns["sequential steps at n = 2048, measured"] == ["1", "2048", "1", "not built"]
+    assert columns["path length at n = 2048, measured"][2] == "7 dilated, 1024 contiguous (k = 3)"
