@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
+from matplotlib.patches import Rectangle
 from matplotlib.text import Annotation
 
 from transformer_book import figures_attention as fa
@@ -142,3 +143,77 @@ def test_table_1_puts_the_measurements_beside_the_papers_columns() -> None:
     assert columns["time exponent, measured"][:2] == ["1.91", "1.02"]
     assert columns["sequential steps at n = 2048, measured"] == ["1", "2048", "1", "not built"]
     assert columns["path length at n = 2048, measured"][2] == "7 dilated, 1024 contiguous (k = 3)"
+
+
+# ---------------------------------------------------------------------------------------------
+# attention-as-lookup
+
+KEYS = torch.tensor([[1.0, -1.0, -1.0], [1.0, 1.0, -1.0], [-1.0, 1.0, 1.0]])
+VALUES = torch.tensor([[4.0, 15.0], [4.0, 12.0], [2.0, 8.0]])
+
+
+def test_lookup_table_has_one_row_per_entry() -> None:
+    scores = KEYS @ torch.tensor([-1.0, 1.0, 0.5])
+    weights = torch.softmax(scores, dim=0)
+    columns = fa.lookup_table_columns(KEYS, VALUES, scores, weights, key_names=["a", "b", "c"], value_names=["u", "v"])
+    assert list(columns) == ["key (a, b, c)", "value (u, v)", "score q·k", "weight"]
+    assert columns["key (a, b, c)"][0] == "(1, -1, -1)" and columns["value (u, v)"][2] == "(2, 8)"
+    assert columns["score q·k"] == scores.tolist()
+    assert columns["weight"] == pytest.approx([round(w, 3) for w in weights.tolist()], abs=1e-7)
+    with pytest.raises(ValueError, match="keys"):
+        fa.lookup_table_columns(KEYS, VALUES, scores, weights, key_names=["a", "b"], value_names=["u", "v"])
+
+
+def test_lookup_flow_draws_each_weight_to_scale() -> None:
+    query = torch.tensor([-1.0, 1.0, 0.5])
+    scores = KEYS @ query
+    weights = torch.softmax(scores, dim=0)
+    weighted = weights[:, None] * VALUES
+    ax = fa.draw_lookup_flow(
+        ["cat", "dog", "duck"], query, "a query", KEYS, scores, weights, VALUES, weighted, weighted.sum(0)
+    ).axes[0]
+    bars = [patch for patch in ax.patches if isinstance(patch, Rectangle) and patch.get_alpha() == 0.8]
+    assert [bar.get_width() for bar in bars] == pytest.approx([2.0 * w for w in weights.tolist()])
+    words = texts(ax)
+    assert {"cat", "dog", "duck", "a query", "the weights sum to 1.000"} <= set(words)
+    assert f"{weighted.sum(0)[0].item():.2f}" in words  # the output's legs, in the sum's cell
+    with pytest.raises(ValueError, match="same length"):
+        fa.draw_lookup_flow(["cat", "dog"], query, "q", KEYS, scores, weights, VALUES, weighted, weighted.sum(0))
+
+
+def test_hard_and_soft_weights_show_the_given_matrices() -> None:
+    soft = torch.softmax(torch.randn(2, 3), dim=-1)
+    hard = torch.nn.functional.one_hot(soft.argmax(-1), 3).float()
+    fig = fa.draw_hard_and_soft_weights(hard, soft, query_names=["q1", "q2"], key_names=["a", "b", "c"])
+    ax_hard, ax_soft = fig.axes[:2]
+    assert np.array_equal(np.asarray(ax_hard.images[0].get_array()), hard.numpy())
+    assert np.allclose(np.asarray(ax_soft.images[0].get_array()), soft.numpy())
+    assert [label.get_text() for label in ax_hard.get_yticklabels()] == ["q1", "q2"]
+    assert [label.get_text() for label in ax_soft.get_xticklabels()] == ["a", "b", "c"]
+    assert "hard" in ax_hard.get_title() and "soft" in ax_soft.get_title()
+    with pytest.raises(ValueError, match="shape"):
+        fa.draw_hard_and_soft_weights(hard, soft, query_names=["q1"], key_names=["a", "b", "c"])
+
+
+def test_temperature_path_draws_one_line_per_key_and_the_entropy() -> None:
+    betas = torch.linspace(0.0, 4.0, 9)
+    weights = torch.softmax(betas[:, None] * torch.tensor([2.0, 1.0, 0.0])[None], dim=-1)
+    entropies = -torch.special.xlogy(weights, weights).sum(-1) / math.log(2)
+    ax_weights, ax_entropy = fa.draw_temperature_path(betas, weights, entropies, key_names=["a", "b", "c"]).axes
+    keyed = {line.get_label(): ydata(line) for line in ax_weights.get_lines() if str(line.get_label()) in "abc"}
+    assert keyed == {"a": weights[:, 0].tolist(), "b": weights[:, 1].tolist(), "c": weights[:, 2].tolist()}
+    assert ydata(ax_entropy.get_lines()[0]) == entropies.tolist()
+    assert ax_entropy.get_ylabel() == "entropy of the weights (bits)" and "β" in ax_weights.get_xlabel()
+    assert ax_entropy.get_ylim()[1] == pytest.approx(math.log2(3) + 0.15)
+    with pytest.raises(ValueError, match="shape"):
+        fa.draw_temperature_path(betas, weights[:, :2], entropies, key_names=["a", "b", "c"])
+
+
+def test_central_differences_find_the_gradient_of_a_quadratic() -> None:
+    point = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    gradient = fa.central_difference_gradient(lambda x: (x**2).sum() + 3 * x[0], point)
+    assert torch.allclose(gradient, 2 * point + torch.tensor([3.0, 0.0, 0.0], dtype=torch.float64))
+    with pytest.raises(ValueError, match="vector"):
+        fa.central_difference_gradient(lambda x: x.sum(), torch.ones(2, 2))
+    with pytest.raises(ValueError, match="step"):
+        fa.central_difference_gradient(lambda x: x.sum(), point, step=0.0)

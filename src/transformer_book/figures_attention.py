@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from transformer_book.helpers import device
+from transformer_book.runtime import PALETTE, diagram_arrow, number_cells, plot_heatmap
 
 if TYPE_CHECKING:  # plotting is imported where it is used, not with the module
     from matplotlib.axes import Axes
@@ -290,3 +292,197 @@ def table_1_columns(
             "not built",
         ],
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# attention-as-lookup
+
+
+def lookup_table_columns(
+    keys: Tensor,
+    values: Tensor,
+    scores: Tensor,
+    weights: Tensor,
+    *,
+    key_names: Sequence[str],
+    value_names: Sequence[str],
+) -> dict[str, list[Any]]:
+    """The columns of a worked soft lookup, one row per entry: its key and value (whole numbers,
+    headed by ``key_names`` and ``value_names``), its score q·k and its weight to 3 decimals."""
+    entries = _same_length("keys, values, scores and weights", keys, values, scores, weights)
+    if keys.dim() != 2 or values.dim() != 2 or keys.shape[1] != len(key_names) or values.shape[1] != len(value_names):
+        raise ValueError(
+            f"lookup_table_columns needs keys ({entries}, {len(key_names)}) and values ({entries}, "
+            f"{len(value_names)}), got {tuple(keys.shape)} and {tuple(values.shape)}"
+        )
+    return {
+        f"key ({', '.join(key_names)})": [str(tuple(int(x) for x in key.tolist())) for key in keys],
+        f"value ({', '.join(value_names)})": [str(tuple(int(x) for x in value.tolist())) for value in values],
+        "score q·k": scores.cpu().tolist(),
+        "weight": weights.cpu().round(decimals=3).tolist(),
+    }
+
+
+def draw_lookup_flow(
+    names: Sequence[str],
+    query: Tensor,
+    query_name: str,
+    keys: Tensor,
+    scores: Tensor,
+    weights: Tensor,
+    values: Tensor,
+    weighted_values: Tensor,
+    output: Tensor,
+) -> Figure:
+    """One soft lookup as a flow, one row per entry: its key, the score q·k, the softmax weight
+    drawn as a bar in a frame of length 1, times its value, and the weighted value; under the
+    last column the weighted values add up to the ``output``. The ``query`` (called
+    ``query_name``) stands above the keys. Keys of 3 numbers and values of 2 fit the layout.
+    """
+    from matplotlib.patches import Rectangle
+
+    rows = _same_length(
+        "names, keys, scores, weights, values and weighted_values",
+        names,
+        keys,
+        scores,
+        weights,
+        values,
+        weighted_values,
+    )
+    colours = {"key": PALETTE[0], "value": PALETTE[2], "weight": PALETTE[1]}
+    fig, ax = _subplots(figsize=(9.5, 5.6))
+    key_x, score_x, weight_x, value_x, product_x = 1.6, 6.0, 8.4, 12.4, 16.2  # left edges of the columns
+    bar_length = 2.0  # a weight of 1, drawn as a bar
+    rows_y = [4.6 - 1.3 * index for index in range(rows)]
+    header_y = rows_y[0] + 1.1
+
+    # the query, above the keys it is compared with
+    query_y = header_y + 1.4
+    ax.text(key_x - 0.3, query_y, "query q", ha="right", va="center", fontsize=10, fontweight="bold")
+    number_cells(ax, query, key_x, query_y + 0.5, colours["key"])
+    ax.text(key_x + 3.3, query_y, query_name, ha="left", va="center", fontsize=10, style="italic")
+    column_titles = [
+        (key_x + 1.5, "key $k_j$\n(fur, swims, flies)"),
+        (score_x + 0.7, "score\n$q \\cdot k_j$"),
+        (weight_x + 1.2, "weight $a_j$\n(softmax of the scores)"),
+        (value_x + 1.0, "value $v_j$\n(legs, years)"),
+        (product_x + 1.2, "$a_j v_j$"),
+    ]
+    for x, text in column_titles:
+        ax.text(x, header_y, text, ha="center", va="center", fontsize=10)
+
+    for name, y, key, score, weight, value, product in zip(
+        names, rows_y, keys.tolist(), scores.tolist(), weights.tolist(), values.tolist(), weighted_values.tolist()
+    ):
+        ax.text(key_x - 0.3, y, name, ha="right", va="center", fontsize=10)
+        number_cells(ax, key, key_x, y + 0.5, colours["key"])
+        diagram_arrow(ax, (key_x + 3.15, y), (score_x - 0.15, y), lw=1.1)
+        number_cells(ax, [score], score_x, y + 0.5, "#BBBBBB", width=1.4)
+        diagram_arrow(ax, (score_x + 1.55, y), (weight_x - 0.15, y), lw=1.1)
+        ax.add_patch(Rectangle((weight_x, y - 0.3), bar_length * weight, 0.6, facecolor=colours["weight"], alpha=0.8))
+        ax.add_patch(Rectangle((weight_x, y - 0.3), bar_length, 0.6, fill=False, edgecolor="#BBBBBB", lw=0.8))
+        ax.text(weight_x + bar_length + 0.1, y, f"{weight:.3f}", ha="left", va="center", fontsize=10)
+        ax.text(value_x - 0.45, y, "×", ha="center", va="center", fontsize=12)
+        number_cells(ax, value, value_x, y + 0.5, colours["value"])
+        diagram_arrow(ax, (value_x + 2.15, y), (product_x - 0.15, y), lw=1.1)
+        number_cells(ax, product, product_x, y + 0.5, colours["value"], fmt="{:.2f}", width=1.2)
+    ax.text(
+        key_x + 1.5,
+        query_y - 0.75,
+        "q is compared with every key: one dot product per row",
+        ha="left",
+        va="center",
+        fontsize=9,
+        color="#555555",
+    )
+
+    # the weighted values add up to the output
+    sum_y = rows_y[-1] - 1.0
+    ax.plot([product_x, product_x + 2.4], [sum_y + 0.35, sum_y + 0.35], color="#333333", lw=1.2)
+    ax.text(product_x - 0.2, sum_y - 0.35, "Σ =", ha="right", va="center", fontsize=11)
+    number_cells(ax, output, product_x, sum_y + 0.15, colours["value"], fmt="{:.2f}", width=1.2)
+    ax.add_patch(Rectangle((product_x, sum_y - 0.85), 2.4, 1, fill=False, edgecolor="#333333", lw=1.4))
+    ax.text(
+        product_x + 1.2, sum_y - 1.15, "output (legs, years)", ha="center", va="top", fontsize=10, fontweight="bold"
+    )
+    ax.text(
+        weight_x + 1.2,
+        sum_y - 0.35,
+        f"the weights sum to {weights.sum().item():.3f}",
+        ha="center",
+        va="center",
+        fontsize=9,
+        color="#555555",
+    )
+
+    ax.set_xlim(-0.3, product_x + 2.6)
+    ax.set_ylim(sum_y - 1.8, query_y + 0.7)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    return fig
+
+
+def draw_hard_and_soft_weights(
+    hard_weights: Tensor, soft_weights: Tensor, *, query_names: Sequence[str], key_names: Sequence[str]
+) -> Figure:
+    """Two annotated heatmaps side by side, one row per query and one column per key: the weights
+    of the hard lookup (argmax) and of the soft one (softmax)."""
+    if hard_weights.shape != soft_weights.shape or hard_weights.shape != (len(query_names), len(key_names)):
+        raise ValueError(
+            f"the weights must both have shape (queries, keys) = ({len(query_names)}, {len(key_names)}), got "
+            f"{tuple(hard_weights.shape)} and {tuple(soft_weights.shape)}"
+        )
+    fig, (ax_hard, ax_soft) = _subplots(1, 2, figsize=(9.4, 3.4), sharey=True)
+    plot_heatmap(ax_hard, hard_weights, row_labels=list(query_names), col_labels=list(key_names), annotate=True)
+    plot_heatmap(ax_soft, soft_weights, col_labels=list(key_names), annotate=True, colorbar_label="attention weight")
+    ax_hard.set_title("hard lookup (argmax)")
+    ax_soft.set_title("soft lookup (softmax)")
+    ax_hard.set_ylabel("query")
+    for ax in (ax_hard, ax_soft):
+        ax.set_xlabel("key")
+    return fig
+
+
+def draw_temperature_path(betas: Tensor, weights: Tensor, entropies: Tensor, *, key_names: Sequence[str]) -> Figure:
+    """The weights of one query (left, one line per key) and their entropy in bits (right) as its
+    scores are multiplied by each of ``betas``; a dotted line marks β = 1, the unscaled lookup,
+    and a dashed one the entropy of uniform weights."""
+    steps = _same_length("betas, weights and entropies", betas, weights, entropies)
+    if weights.shape != (steps, len(key_names)):
+        raise ValueError(
+            f"weights must have shape (betas, keys) = ({steps}, {len(key_names)}), got {tuple(weights.shape)}"
+        )
+    fig, (ax_weights, ax_entropy) = _subplots(1, 2, figsize=(9.4, 3.4))
+    for index, name in enumerate(key_names):
+        ax_weights.plot(betas.cpu(), weights[:, index].cpu(), label=name)
+    ax_weights.axvline(1.0, color="#777777", linestyle=":", linewidth=1.2)
+    ax_weights.text(1.08, 0.45, "β = 1\n(the table)", color="#555555", fontsize=9)
+    ax_weights.set(xlabel="score scale β (dimensionless)", ylabel="attention weight", title="weights")
+    ax_weights.legend(title="key", loc="center right")
+    uniform = math.log2(len(key_names))
+    ax_entropy.plot(betas.cpu(), entropies.cpu(), color="black")
+    ax_entropy.axhline(uniform, color="#777777", linestyle="--", linewidth=1.2)
+    ax_entropy.text(betas.max().item(), uniform - 0.05, "uniform", ha="right", va="top", color="#555555")
+    ax_entropy.set(
+        xlabel="score scale β (dimensionless)",
+        ylabel="entropy of the weights (bits)",
+        title="uncertainty",
+        ylim=(0, uniform + 0.15),
+    )
+    return fig
+
+
+def central_difference_gradient(loss: Callable[[Tensor], Tensor], point: Tensor, step: float = 1e-2) -> Tensor:
+    """The gradient of ``loss`` at ``point`` (a vector) by central differences, one coordinate at a
+    time: (loss(point + step e_i) - loss(point - step e_i)) / (2 step). No autograd involved."""
+    if point.dim() != 1:
+        raise ValueError(f"central_difference_gradient needs a vector, got shape {tuple(point.shape)}")
+    if not step > 0:
+        raise ValueError(f"central_difference_gradient: step must be positive, got {step}")
+    gradient = torch.zeros_like(point)
+    for index in range(point.numel()):
+        nudge = torch.zeros_like(point)
+        nudge[index] = step
+        gradient[index] = (loss(point + nudge) - loss(point - nudge)) / (2 * step)
+    return gradient
