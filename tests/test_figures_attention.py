@@ -217,3 +217,107 @@ def test_central_differences_find_the_gradient_of_a_quadratic() -> None:
         fa.central_difference_gradient(lambda x: x.sum(), torch.ones(2, 2))
     with pytest.raises(ValueError, match="step"):
         fa.central_difference_gradient(lambda x: x.sum(), point, step=0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# scaled-dot-product
+
+
+def test_dot_product_variance_plots_the_measurements_beside_the_theory() -> None:
+    dims, variance, scaled = [1, 2, 4, 8], [1.1, 1.9, 4.2, 7.7], [1.1, 0.95, 1.05, 0.96]
+    ax = fa.draw_dot_product_variance(dims, variance, scaled).axes[0]
+    lines = {str(line.get_label()): ydata(line) for line in ax.get_lines()}
+    assert lines["theory: $d_k$"] == dims and lines["theory: 1"] == [1.0] * 4
+    assert lines[r"measured $\mathrm{Var}(q \cdot k)$"] == variance
+    assert lines[r"measured $\mathrm{Var}(q \cdot k / \sqrt{d_k})$"] == scaled
+    assert ax.get_xscale() == ax.get_yscale() == "log" and "$d_k$" in ax.get_xlabel() and "variance" in ax.get_ylabel()
+    with pytest.raises(ValueError, match="same length"):
+        fa.draw_dot_product_variance(dims, variance[:3], scaled)
+
+
+def saturation_curves(dims: list[int]) -> dict[str, dict[str, list[float]]]:
+    curves = {}
+    for scaling, factor in [("scaled", 1.0), ("unscaled", 10.0)]:
+        curve = {"largest weight": [min(1.0, 0.1 * factor * (i + 1)) for i in range(len(dims))]}
+        for place in fa.GRADIENT_PLACES:
+            median = [factor / (i + 1) for i in range(len(dims))]
+            curve |= {
+                f"{place} median": median,
+                f"{place} q25": [m / 2 for m in median],
+                f"{place} q75": [m * 2 for m in median],
+            }
+        curves[scaling] = curve
+    return curves
+
+
+def test_softmax_saturation_draws_the_largest_weight_and_three_gradients() -> None:
+    dims = [1, 4, 16]
+    curves = saturation_curves(dims)
+    fig = fa.draw_softmax_saturation(dims, curves, num_keys=8)
+    ax_weight, *gradient_axes = fig.axes
+    weight_lines = {str(line.get_label()): ydata(line) for line in ax_weight.get_lines()}
+    assert weight_lines[r"$QK^\top/\sqrt{d_k}$"] == curves["scaled"]["largest weight"]
+    assert weight_lines[r"$QK^\top$ (no scaling)"] == curves["unscaled"]["largest weight"]
+    assert "uniform over 8 keys" in weight_lines
+    for place, ax in zip(["scores", "queries", "keys"], gradient_axes):
+        assert ax.get_title() == f"gradient at the {place}" and ax.get_yscale() == "log"
+        assert [ydata(line) for line in ax.get_lines()] == [
+            curves["scaled"][f"{place} median"],
+            curves["unscaled"][f"{place} median"],
+        ]
+        assert len(ax.collections) == 2  # one quartile band per scaling
+    with pytest.raises(ValueError, match="'scaled' and 'unscaled'"):
+        fa.draw_softmax_saturation(dims, {"scaled": curves["scaled"]}, num_keys=8)
+    del curves["unscaled"]["keys q75"][-1]
+    with pytest.raises(ValueError, match="same length"):
+        fa.draw_softmax_saturation(dims, curves, num_keys=8)
+
+
+def test_attention_flow_shows_the_code_of_the_books_function() -> None:
+    import inspect
+
+    from transformer_book.scaled_dot_product import scaled_dot_product_attention
+
+    source = inspect.getsource(scaled_dot_product_attention)
+    words = texts(fa.draw_attention_flow().axes[0])
+    for title, code, _, shape in fa.ATTENTION_FLOW_STEPS:
+        assert code in source, f"the figure shows {code!r}, which the function no longer runs"
+        assert {title, code, shape} <= set(words)
+
+
+def test_masks_and_weights_show_one_sentence_of_the_batch() -> None:
+    tokens = ["a", "b", "<pad>"]
+    masks = {
+        "padding": torch.tensor([[[True, True, True]], [[True, True, False]]]),
+        "causal": torch.ones(3, 3, dtype=torch.bool).tril(),
+    }
+    weights = {
+        name: torch.softmax(torch.randn(2, 3, 3).masked_fill(~mask, float("-inf")), -1) for name, mask in masks.items()
+    }
+    fig = fa.draw_masks_and_weights(masks, weights, tokens, sentence=1)
+    heatmaps = [ax for ax in fig.axes if ax.images and ax.get_title()]
+    assert len(heatmaps) == 4
+    tops = [ax for ax in heatmaps if ax.get_title() in masks]
+    bottoms = [ax for ax in heatmaps if ax.get_title() == "attention weights"]
+    assert np.array_equal(np.asarray(tops[0].images[0].get_array()), [[1, 1, 0]] * 3)
+    assert np.array_equal(np.asarray(tops[1].images[0].get_array()), np.tril(np.ones((3, 3))))
+    assert np.allclose(np.asarray(bottoms[0].images[0].get_array()), weights["padding"][1].numpy())
+    assert all(ax.get_xlabel() == "key" and ax.get_ylabel() == "query" for ax in heatmaps)
+    with pytest.raises(ValueError, match="sentence 2"):
+        fa.draw_masks_and_weights(masks, weights, tokens, sentence=2)
+
+
+def test_describe_row_says_what_a_row_holds() -> None:
+    assert fa.describe_row(torch.full((3,), float("nan"))) == "NaN in every entry"
+    assert fa.describe_row(torch.zeros(4)) == "zeros in every entry"
+    assert fa.describe_row(torch.tensor([0.5, 0.25])) == "the values [0.5  0.25]"
+
+
+def test_agreement_rows_hold_the_largest_difference_of_each_case() -> None:
+    ours = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    rows = fa.agreement_rows(
+        {"same": (ours, ours.clone()), "off": (ours, ours + torch.tensor([[0.0, 0.5], [0.0, -2.0]]))}
+    )
+    assert rows == [{"mask": "same", "max |ours - PyTorch|": 0.0}, {"mask": "off", "max |ours - PyTorch|": 2.0}]
+    with pytest.raises(ValueError, match="shape"):
+        fa.agreement_rows({"bad": (ours, ours[0])})

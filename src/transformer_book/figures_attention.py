@@ -23,7 +23,7 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from transformer_book.helpers import device
-from transformer_book.runtime import PALETTE, diagram_arrow, number_cells, plot_heatmap
+from transformer_book.runtime import LABEL_INK, PALETTE, diagram_arrow, diagram_box, number_cells, plot_heatmap
 
 if TYPE_CHECKING:  # plotting is imported where it is used, not with the module
     from matplotlib.axes import Axes
@@ -486,3 +486,207 @@ def central_difference_gradient(loss: Callable[[Tensor], Tensor], point: Tensor,
         nudge[index] = step
         gradient[index] = (loss(point + nudge) - loss(point - nudge)) / (2 * step)
     return gradient
+
+
+# ---------------------------------------------------------------------------------------------
+# scaled-dot-product
+
+
+def draw_dot_product_variance(
+    dims: Sequence[int], variance: Sequence[float], scaled_variance: Sequence[float]
+) -> Figure:
+    """The measured variance of q·k (circles) and of q·k/√d_k (squares) against d_k, log-log,
+    beside the theory: d_k (dashed) and 1 (dotted)."""
+    _same_length("dims, variance and scaled_variance", dims, variance, scaled_variance)
+    fig, ax = _subplots(figsize=(6.0, 3.9))
+    ax.loglog(dims, dims, color="#555555", linestyle="--", label="theory: $d_k$")
+    ax.loglog(dims, variance, "o", label=r"measured $\mathrm{Var}(q \cdot k)$")
+    ax.loglog(dims, [1.0] * len(dims), color="#555555", linestyle=":", label="theory: 1")
+    ax.loglog(dims, scaled_variance, "s", label=r"measured $\mathrm{Var}(q \cdot k / \sqrt{d_k})$")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("$d_k$ (components of each query and key)")
+    ax.set_ylabel("variance of the score (unitless)")
+    ax.set_title("Dot products grow with $d_k$; scaled ones do not")
+    ax.legend()
+    return fig
+
+
+#: Where the saturation figure follows the gradient, in the order of its panels.
+GRADIENT_PLACES = ["scores", "queries", "keys"]
+
+
+def draw_softmax_saturation(dims: Sequence[int], curves: Mapping[str, Any], *, num_keys: int) -> Figure:
+    """Softmax saturation against d_k, with and without the factor 1/√d_k: the mean largest
+    weight (top left), and the median gradient norm at the scores, the queries and the keys,
+    each with a band between the quartiles.
+
+    ``curves["scaled"]`` and ``curves["unscaled"]`` each map "largest weight" and, for each
+    place of :data:`GRADIENT_PLACES`, "<place> q25", "<place> median" and "<place> q75" to one
+    number per d_k (a DataFrame with these columns will do).
+    """
+    if set(curves) != {"scaled", "unscaled"}:
+        raise ValueError(f"curves needs exactly the keys 'scaled' and 'unscaled', got {sorted(curves)}")
+    columns = ["largest weight"] + [f"{place} {stat}" for place in GRADIENT_PLACES for stat in ("q25", "median", "q75")]
+    for scaling, curve in curves.items():
+        _same_length(f"dims and every column of curves[{scaling!r}]", dims, *(curve[column] for column in columns))
+    fig, axes = _subplots(2, 2, figsize=(9.5, 7.4))
+    ax_weight, gradient_axes = axes[0, 0], {"scores": axes[0, 1], "queries": axes[1, 0], "keys": axes[1, 1]}
+    for scaling, marker in [("scaled", "s"), ("unscaled", "o")]:
+        curve = curves[scaling]
+        label = r"$QK^\top/\sqrt{d_k}$" if scaling == "scaled" else r"$QK^\top$ (no scaling)"
+        ax_weight.plot(dims, curve["largest weight"], marker=marker, label=label)
+        for place, ax in gradient_axes.items():
+            ax.plot(dims, curve[f"{place} median"], marker=marker, label=label)
+            ax.fill_between(dims, curve[f"{place} q25"], curve[f"{place} q75"], alpha=0.2)
+    ax_weight.axhline(1.0, color="#555555", linestyle=":", label="one-hot")
+    ax_weight.axhline(1 / num_keys, color="#555555", linestyle="--", label=f"uniform over {num_keys} keys")
+    ax_weight.set_ylim(0, 1.05)
+    ax_weight.set_ylabel("mean largest weight (unitless)")
+    ax_weight.set_title("Without scaling, attention turns one-hot")
+    ax_weight.legend(loc="center left", fontsize=9)
+    for place, ax in gradient_axes.items():
+        ax.set_yscale("log")
+        ax.set_ylabel("gradient norm (unitless)")
+        ax.set_title(f"gradient at the {place}")
+    gradient_axes["scores"].legend(loc="lower left", fontsize=9)
+    for ax in axes.flat:
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("$d_k$ (components of each query and key)")
+    return fig
+
+
+#: The steps of scaled dot-product attention, bottom to top: (the paper's step, the book's code
+#: for it in ``scaled_dot_product_attention``, fill, shape after the step).
+ATTENTION_FLOW_STEPS = [
+    ("MatMul: Q Kᵀ", "query @ key.transpose(-2, -1)", "#F5D9A8", "(n, m) scores"),
+    ("Scale: 1/√d_k", "/ math.sqrt(query.shape[-1])", "#F5D9A8", "(n, m)"),
+    ("Mask (optional)", 'masked_fill(~mask, float("-inf"))', "#F2C9DF", "(n, m)"),
+    ("SoftMax", "torch.softmax(scores, dim=-1)", "#FFF5B0", "(n, m) weights"),
+    ("MatMul", "weights @ value", "#C8E6D6", "(n, d_v) output"),
+]
+
+
+def draw_attention_flow() -> Figure:
+    """Scaled dot-product attention as a flow from bottom to top, after the paper's Figure 2
+    (left): one box per step of :data:`ATTENTION_FLOW_STEPS` with the book's code in it, the
+    shapes beside the arrows, and notes on the mask and the rows that sum to 1."""
+    flow_width, flow_height = 3.6, 0.62
+    flow_x, value_x = 5.0, 8.7  # the main column, and the path of the values on the right
+    step_y = [1.35 + 1.05 * index for index in range(len(ATTENTION_FLOW_STEPS))]
+
+    fig, ax = _subplots(figsize=(9.5, 6.0))
+    # the inputs: queries and keys meet in the first MatMul, values wait on the right for the last one
+    input_y = 0.1
+    inputs = [
+        (flow_x - 0.9, "Q = query", "(n, d_k)"),
+        (flow_x + 0.9, "K = key", "(m, d_k)"),
+        (value_x, "V = value", "(m, d_v)"),
+    ]
+    for x, name, shape in inputs:
+        ax.text(x, input_y, name, ha="center", va="center", fontsize=10, fontweight="bold")
+        ax.text(x, input_y - 0.3, shape, ha="center", va="center", fontsize=9, family="monospace", color=LABEL_INK)
+    for x, _, _ in inputs[:2]:
+        diagram_arrow(ax, (x, input_y + 0.2), (x, step_y[0] - flow_height / 2))
+    ax.plot([value_x, value_x], [input_y + 0.2, step_y[-1]], color="#333333", lw=1.2, zorder=1)
+    diagram_arrow(ax, (value_x, step_y[-1]), (flow_x + flow_width / 2, step_y[-1]))
+
+    for index, ((title, code, fill, shape), y) in enumerate(zip(ATTENTION_FLOW_STEPS, step_y)):
+        diagram_box(ax, (flow_x, y), (flow_width, flow_height), title, code, fill, dashed=title.startswith("Mask"))
+        top = y + flow_height / 2
+        end = step_y[index + 1] - flow_height / 2 if index + 1 < len(ATTENTION_FLOW_STEPS) else top + 0.45
+        diagram_arrow(ax, (flow_x, top), (flow_x, end), shape)
+    ax.text(
+        flow_x,
+        step_y[-1] + flow_height / 2 + 0.62,
+        "returns (output, weights)",
+        ha="center",
+        va="center",
+        fontsize=10,
+        style="italic",
+    )
+
+    # notes on the left: what the mask means, and what happens to a row with nothing to attend to
+    notes = [
+        (
+            step_y[2],
+            "dashed: only with a mask\nTrue = may attend;\na row that may attend to\nnothing gets zero weights",
+        ),
+        (step_y[3], "each row sums to 1"),
+        (step_y[0], "one score per query-key pair"),
+        (input_y - 0.15, "leading (batch, head) dimensions\nride along: (..., n, d_k) and so on"),
+    ]
+    for y, note in notes:
+        ax.text(flow_x - flow_width / 2 - 0.25, y, note, ha="right", va="center", fontsize=9, color=LABEL_INK)
+
+    ax.set_xlim(0, 10.4)
+    ax.set_ylim(-0.45, step_y[-1] + 1.0)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    return fig
+
+
+def draw_masks_and_weights(
+    masks: Mapping[str, Tensor], weights: Mapping[str, Tensor], tokens: Sequence[str], *, sentence: int
+) -> Figure:
+    """For one ``sentence`` of a batch: each mask (top row, 1 = may attend) above the attention
+    weights it produces (bottom row), as annotated heatmaps over ``tokens``.
+
+    ``weights[name]`` has shape (batch, n, n); ``masks[name]`` broadcasts to it.
+    """
+    if list(masks) != list(weights):
+        raise ValueError(f"masks and weights must name the same masks, got {list(masks)} and {list(weights)}")
+    _positive_length("masks", list(masks))
+    length = len(tokens)
+    fig, axes = _subplots(2, len(masks), figsize=(10.5, 6.6), squeeze=False)
+    for column, (name, mask) in enumerate(masks.items()):
+        batch = weights[name].shape[0]
+        if weights[name].shape != (batch, length, length) or not 0 <= sentence < batch:
+            raise ValueError(
+                f"weights[{name!r}] must have shape (batch, {length}, {length}) with sentence {sentence} in the batch, "
+                f"got {tuple(weights[name].shape)}"
+            )
+        sentence_mask = mask.expand(batch, length, length)[sentence]
+        plot_heatmap(
+            axes[0, column],
+            sentence_mask.float(),
+            row_labels=list(tokens),
+            col_labels=list(tokens),
+            annotate=True,
+            fmt="{:.0f}",
+        )
+        plot_heatmap(
+            axes[1, column], weights[name][sentence], row_labels=list(tokens), col_labels=list(tokens), annotate=True
+        )
+        axes[0, column].set_title(name)
+        axes[1, column].set_title("attention weights")
+        for ax in axes[:, column]:
+            ax.set_xlabel("key")
+            ax.tick_params(axis="x", labelrotation=45)
+        axes[0, column].set_ylabel("query")
+        axes[1, column].set_ylabel("query")
+    mask_bar = fig.colorbar(axes[0, 0].images[0], ax=axes[0, :], ticks=[0, 1], shrink=0.8)
+    mask_bar.ax.set_yticklabels(["blocked\n(False)", "may attend\n(True)"])
+    fig.colorbar(axes[1, 0].images[0], ax=axes[1, :], shrink=0.8, label="attention weight")
+    return fig
+
+
+def describe_row(row: Tensor) -> str:
+    """Say in words what a row of numbers holds: NaN everywhere, zeros everywhere, or its values."""
+    if torch.isnan(row).all():
+        return "NaN in every entry"
+    if (row == 0).all():
+        return "zeros in every entry"
+    return "the values " + np.array2string(row.cpu().numpy(), precision=3)
+
+
+def agreement_rows(
+    pairs: Mapping[str, tuple[Tensor, Tensor]], *, case: str = "mask", column: str = "max |ours - PyTorch|"
+) -> list[dict[str, Any]]:
+    """One row per case of an agreement table: the case's name under ``case``, and the largest
+    absolute difference between its two results (ours, the reference's) under ``column``."""
+    rows = []
+    for name, (ours, theirs) in pairs.items():
+        if ours.shape != theirs.shape:
+            raise ValueError(f"{name}: ours has shape {tuple(ours.shape)}, the reference {tuple(theirs.shape)}")
+        rows.append({case: name, column: (ours - theirs).abs().max().item()})
+    return rows
