@@ -321,3 +321,78 @@ def test_agreement_rows_hold_the_largest_difference_of_each_case() -> None:
     assert rows == [{"mask": "same", "max |ours - PyTorch|": 0.0}, {"mask": "off", "max |ours - PyTorch|": 2.0}]
     with pytest.raises(ValueError, match="shape"):
         fa.agreement_rows({"bad": (ours, ours[0])})
+
+
+# ---------------------------------------------------------------------------------------------
+# self-attention
+
+
+def test_projection_example_shows_each_matrix_and_its_product() -> None:
+    x = torch.tensor([1.0, -2.0, 0.0, 2.0])
+    matrices = {
+        name: torch.arange(4 * width, dtype=torch.float32).reshape(4, width) - 3
+        for name, width in [("Q", 3), ("K", 3), ("V", 2)]
+    }
+    products = {name: x @ matrix for name, matrix in matrices.items()}
+    words = texts(fa.draw_projection_example(x, matrices, products).axes[0])
+    assert {"token $x_i$", "$W^Q$", "$W^K$", "$W^V$", "d_model × d_v = 4 × 2", "$v_i = x_i W^V$, 1 × d_v"} <= set(words)
+    for product in products.values():  # every entry of every product is written in its cell
+        assert all(f"{entry:g}" in words for entry in product.tolist())
+    with pytest.raises(ValueError, match="W\\^V"):
+        fa.draw_projection_example(x, {**matrices, "V": torch.ones(3, 2)}, products)
+
+
+def test_tied_scores_outline_each_rows_largest_score() -> None:
+    scores = {"separate": torch.randn(4, 4), "tied": torch.randn(4, 4)}
+    fig = fa.draw_tied_scores(scores)
+    for ax, name in zip([ax for ax in fig.axes if ax.images], ["separate", "tied"]):
+        outlined = [patch for patch in ax.patches if isinstance(patch, Rectangle)]
+        corners = [(round(patch.get_y() + 0.5), round(patch.get_x() + 0.5)) for patch in outlined]
+        assert corners == [(row, int(column)) for row, column in enumerate(scores[name].argmax(-1))]
+        assert ax.get_xlabel() == "key $j$" and ax.get_ylabel() == "query $i$"
+    with pytest.raises(ValueError, match="same shape"):
+        fa.draw_tied_scores({"separate": torch.randn(4, 4), "tied": torch.randn(3, 3)})
+
+
+def test_outline_cells_refuses_rows_and_columns_of_different_lengths() -> None:
+    _, ax = plt.subplots()
+    with pytest.raises(ValueError, match="rows and columns"):
+        fa.outline_cells(ax, [0, 1], [1])
+
+
+def test_sentence_weights_title_each_heatmap_with_its_sentence() -> None:
+    sentences = [["dog", "bites", "man"], ["man", "bites", "dog"]]
+    weights = torch.softmax(torch.randn(2, 3, 3), dim=-1)
+    heatmaps = [ax for ax in fa.draw_sentence_weights(sentences, weights).axes if ax.images]
+    assert [ax.get_title() for ax in heatmaps] == ['"dog bites man"', '"man bites dog"']
+    assert np.allclose(np.asarray(heatmaps[1].images[0].get_array()), weights[1].numpy())
+    assert [label.get_text() for label in heatmaps[1].get_yticklabels()] == sentences[1]
+    with pytest.raises(ValueError, match="shape"):
+        fa.draw_sentence_weights(sentences, weights[:1])
+
+
+def test_memory_growth_draws_an_n_squared_line_through_the_last_point() -> None:
+    lengths, peaks, matrix = [256, 512, 1024], [0.6, 2.1, 8.2], [0.25, 1.0, 4.0]
+    ax = fa.draw_memory_growth(lengths, peaks, matrix).axes[0]
+    lines = {str(line.get_label()): ydata(line) for line in ax.get_lines()}
+    assert lines["measured peak, forward pass"] == peaks
+    assert lines["$\\propto n^2$"] == pytest.approx([8.2 / 16, 8.2 / 4, 8.2])
+    assert lines["one $n \\times n$ float32 matrix"] == matrix
+    assert ax.get_ylabel() == "peak memory (MiB)" and "(tokens)" in ax.get_xlabel()
+    with pytest.raises(ValueError, match="same length"):
+        fa.draw_memory_growth(lengths, peaks[:2], matrix)
+
+
+def test_partner_attention_outlines_every_partner_before_and_after() -> None:
+    labels, partners = ["A1", "B2", "A3", "B4"], [2, 3, 0, 1]
+    before, after = torch.full((4, 4), 0.25), torch.nn.functional.one_hot(torch.tensor(partners), 4).float()
+    fig = fa.draw_partner_attention(labels, before, after, partners)
+    heatmaps = [ax for ax in fig.axes if ax.images]
+    assert [ax.get_title() for ax in heatmaps] == ["before training", "after training"]
+    for ax in heatmaps:
+        outlined = [patch for patch in ax.patches if isinstance(patch, Rectangle)]
+        corners = [(round(patch.get_y() + 0.5), round(patch.get_x() + 0.5)) for patch in outlined]
+        assert corners == list(enumerate(partners))
+    assert np.array_equal(np.asarray(heatmaps[1].images[0].get_array()), after.numpy())
+    with pytest.raises(ValueError, match="must be \\(4, 4\\)"):
+        fa.draw_partner_attention(labels, before[:3], after, partners)

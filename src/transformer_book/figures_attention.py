@@ -690,3 +690,182 @@ def agreement_rows(
             raise ValueError(f"{name}: ours has shape {tuple(ours.shape)}, the reference {tuple(theirs.shape)}")
         rows.append({case: name, column: (ours - theirs).abs().max().item()})
     return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# self-attention
+
+
+def draw_projection_example(x: Tensor, matrices: Mapping[str, Tensor], projections: Mapping[str, Tensor]) -> Figure:
+    """One token's query, key and value: the token ``x`` (a vector of d_model numbers) on top,
+    an arrow to each of ``matrices["Q"]``, ``["K"]`` and ``["V"]`` (d_model x d_k, d_k, d_v), and
+    under each matrix the product ``projections[name]``, entry j under column j. Small whole
+    numbers fit the cells."""
+    if set(matrices) != {"Q", "K", "V"} or set(projections) != {"Q", "K", "V"}:
+        raise ValueError(
+            f"matrices and projections need the keys Q, K and V, got {list(matrices)}, {list(projections)}"
+        )
+    d_model = _positive_length("x", x)
+    for name, matrix in matrices.items():
+        if matrix.dim() != 2 or matrix.shape[0] != d_model or projections[name].shape != (matrix.shape[1],):
+            raise ValueError(
+                f"W^{name} must be ({d_model}, width) and its product (width,), got {tuple(matrix.shape)} and "
+                f"{tuple(projections[name].shape)}"
+            )
+    d_k, d_v = matrices["Q"].shape[1], matrices["V"].shape[1]
+    colours = {"x": "#AAAAAA", "Q": PALETTE[0], "K": PALETTE[1], "V": PALETTE[2]}
+
+    fig, ax = _subplots(figsize=(9.5, 5.6))
+    first_left, gap = 5.5, 2.6  # where W^Q starts, and the room between two matrices
+    matrix_top = 6.6
+    row_top = matrix_top - d_model - 1.1  # the results q_i, k_i, v_i
+    lefts = {"Q": first_left, "K": first_left + d_k + gap, "V": first_left + 2 * (d_k + gap)}
+    # the token, once, at the top: it goes into all three products
+    x_left, x_top = lefts["K"] + d_k / 2 - d_model / 2, matrix_top + 3.4
+    number_cells(ax, x, x_left, x_top, colours["x"], alpha=0.4)
+    ax.text(x_left - 0.3, x_top - 0.5, "token $x_i$", ha="right", va="center", fontsize=11)
+    ax.text(
+        x_left + d_model + 0.3,
+        x_top - 0.5,
+        f"1 × d_model = 1 × {d_model}",
+        ha="left",
+        va="center",
+        fontsize=9,
+        color="#555555",
+    )
+    for name, left in lefts.items():
+        matrix, projection = matrices[name], projections[name]
+        width, inner, letter = matrix.shape[1], "d_k" if name != "V" else "d_v", name.lower()
+        centre = left + width / 2
+        diagram_arrow(ax, (x_left + d_model / 2, x_top - 1.1), (centre, matrix_top + 1.35))
+        number_cells(ax, matrix, left, matrix_top, colours[name], alpha=0.4)
+        ax.text(centre, matrix_top + 0.7, f"$W^{name}$", ha="center", va="bottom", fontsize=12)
+        ax.text(
+            centre,
+            matrix_top + 0.12,
+            f"d_model × {inner} = {d_model} × {width}",
+            ha="center",
+            va="bottom",
+            fontsize=9,
+            color="#555555",
+        )
+        # entry j of x_i W is the dot product of x_i with column j of W: drawn under that column
+        diagram_arrow(ax, (centre, matrix_top - d_model - 0.1), (centre, row_top + 0.1))
+        number_cells(ax, projection, left, row_top, colours[name], alpha=0.4)
+        ax.text(centre, row_top - 1.15, f"${letter}_i = x_i W^{name}$, 1 × {inner}", ha="center", va="top", fontsize=10)
+    ax.text(
+        0.0,
+        matrix_top - d_model / 2,
+        "Every token $x_1, \\dots, x_n$\nis multiplied by the same\n"
+        "three matrices: only $x_i$\nchanges from token to token,\nand so do $q_i$, $k_i$, $v_i$.",
+        ha="left",
+        va="center",
+        fontsize=10,
+    )
+
+    ax.set_xlim(-0.2, lefts["V"] + d_v + 0.3)
+    ax.set_ylim(row_top - 1.8, x_top + 0.3)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    return fig
+
+
+def outline_cells(ax: Axes, rows: Sequence[int], columns: Sequence[int], color: str = "white") -> None:
+    """Draw a square around the cells (rows[k], columns[k]) of a heatmap."""
+    from matplotlib.patches import Rectangle
+
+    _same_length("rows and columns", rows, columns)
+    for row, column in zip(rows, columns):
+        ax.add_patch(Rectangle((column - 0.5, row - 0.5), 1, 1, fill=False, edgecolor=color, linewidth=2.2))
+
+
+def draw_tied_scores(scores: Mapping[str, Tensor]) -> Figure:
+    """The scores q_i·k_j/√d_k of the same tokens with separate projections (``scores["separate"]``)
+    and with tied ones (``scores["tied"]``), as annotated heatmaps with each row's largest score
+    outlined in white."""
+    titles = {"separate": "separate, $W^Q \\neq W^K$", "tied": "tied, $W^Q = W^K$"}
+    if set(scores) < set(titles) or scores["separate"].shape != scores["tied"].shape or scores["tied"].dim() != 2:
+        raise ValueError("scores needs two square matrices of the same shape, 'separate' and 'tied'")
+    n = scores["tied"].shape[0]
+    token_labels = [f"$x_{i + 1}$" for i in range(n)]
+    fig, axes = _subplots(1, 2, figsize=(9.4, 3.9))
+    for ax, (name, title) in zip(axes, titles.items()):
+        example = scores[name]
+        plot_heatmap(
+            ax,
+            example,
+            row_labels=token_labels,
+            col_labels=token_labels,
+            annotate=True,
+            fmt="{:.1f}",
+            vmin=None,
+            vmax=None,
+            colorbar_label="score $q_i \\cdot k_j / \\sqrt{d_k}$",
+        )
+        outline_cells(ax, range(n), example.argmax(-1).tolist())
+        ax.set_title(title)
+        ax.set_xlabel("key $j$")
+        ax.set_ylabel("query $i$")
+    return fig
+
+
+def draw_sentence_weights(sentences: Sequence[Sequence[str]], weights: Tensor) -> Figure:
+    """The attention weights of each sentence (one row of ``weights`` per sentence, each n x n),
+    as annotated heatmaps side by side, titled with the sentence."""
+    count = _positive_length("sentences", sentences)
+    if weights.dim() != 3 or weights.shape[0] != count or any(weights.shape[1:] != (len(s), len(s)) for s in sentences):
+        raise ValueError(
+            f"weights must have shape ({count}, n, n) for sentences of n words, got {tuple(weights.shape)}"
+        )
+    fig, axes = _subplots(1, count, figsize=(8.4, 3.5), squeeze=False)
+    for ax, sentence, weights_of_sentence in zip(axes[0], sentences, weights.cpu()):
+        plot_heatmap(ax, weights_of_sentence, row_labels=list(sentence), col_labels=list(sentence), annotate=True)
+        ax.set_title('"' + " ".join(sentence) + '"')
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+    fig.colorbar(axes[0, 0].images[0], ax=axes[0], shrink=0.9, label="attention weight")
+    return fig
+
+
+def draw_memory_growth(lengths: Sequence[int], peak_mib: Sequence[float], matrix_mib: Sequence[float]) -> Figure:
+    """Measured peak memory (MiB) of a forward pass against the sequence length, log-log, with a
+    dashed n² line through the largest measurement and a dotted line for one n x n matrix
+    (``matrix_mib``)."""
+    _same_length("lengths, peak_mib and matrix_mib", lengths, peak_mib, matrix_mib)
+    lengths_array, peaks = np.asarray(lengths), np.asarray(peak_mib)
+    fig, ax = _subplots(figsize=(6.2, 4.0))
+    ax.loglog(lengths_array, peaks, "o", markersize=7, label="measured peak, forward pass")
+    reference = peaks[-1] * (lengths_array / lengths_array[-1]) ** 2
+    ax.loglog(lengths_array, reference, "--", color="#555555", label="$\\propto n^2$")
+    ax.loglog(lengths_array, matrix_mib, ":", color="#555555", label="one $n \\times n$ float32 matrix")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("sequence length $n$ (tokens)")
+    ax.set_ylabel("peak memory (MiB)")
+    ax.set_title("The weight matrix makes memory grow as $n^2$")
+    ax.legend()
+    return fig
+
+
+def draw_partner_attention(
+    labels: Sequence[str], weights_before: Tensor, weights_after: Tensor, partners: Sequence[int]
+) -> Figure:
+    """The attention weights over one sequence of tokens (``labels``) before and after training,
+    as annotated heatmaps, with each token's partner (``partners[i]``, a position) outlined in
+    orange."""
+    n = _same_length("labels and partners", labels, partners)
+    if weights_before.shape != (n, n) or weights_after.shape != (n, n):
+        raise ValueError(
+            f"the weights must be ({n}, {n}), got {tuple(weights_before.shape)} and {tuple(weights_after.shape)}"
+        )
+    fig, axes = _subplots(1, 2, figsize=(10.5, 4.6))
+    for ax, title, example_weights in [
+        (axes[0], "before training", weights_before),
+        (axes[1], "after training", weights_after),
+    ]:
+        plot_heatmap(ax, example_weights, row_labels=list(labels), col_labels=list(labels), annotate=True, fmt="{:.1f}")
+        outline_cells(ax, range(n), partners, color="#D55E00")
+        ax.set_title(title)
+        ax.set_xlabel("key (token attended to)")
+        ax.set_ylabel("query (token attending)")
+    fig.colorbar(axes[0].images[0], ax=axes, shrink=0.9, label="attention weight")
+    return fig
