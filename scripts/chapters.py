@@ -86,6 +86,27 @@ def check_calls(chapter: Path) -> list[ast.Call]:
     return sorted(calls, key=lambda call: (call.lineno, call.col_offset))
 
 
+def glued_names(code: ast.AST) -> list[str]:
+    """The names that code glues, in reading order: the key of each ``glue("key", ...)`` (an
+    f-string key as its text up to the first placeholder, followed by "…") and each keyword of
+    ``glue_values(key=value, ...)``."""
+    found: list[tuple[int, int, str]] = []
+    for node in ast.walk(code):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        if node.func.id == "glue" and node.args:
+            key = node.args[0]
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                found.append((node.lineno, node.col_offset, key.value))
+            elif isinstance(key, ast.JoinedStr) and key.values:
+                start = key.values[0]
+                text = start.value if isinstance(start, ast.Constant) and isinstance(start.value, str) else ""
+                found.append((node.lineno, node.col_offset, text + "…"))
+        elif node.func.id == "glue_values":
+            found += [(node.lineno, node.col_offset, keyword.arg) for keyword in node.keywords if keyword.arg]
+    return [name for _, _, name in sorted(found, key=lambda item: (item[0], item[1]))]
+
+
 def claim_source(call: ast.Call) -> str:
     """A check's claim as written: a string, or an f-string's template (one claim, whatever it fills in)."""
     if not call.args:

@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from chapters import BOOK, repository_url
+from chapters import BOOK, glued_names, repository_url
 
 FOLDED_TAGS = ("hide-input", "remove-cell")
 TITLE = "#@title "
@@ -266,8 +266,8 @@ def cell_title(source: str, tags: list[str]) -> str:
     if defined:
         names = [f"`{name}`" for name in defined]
         return "Defines " + (", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0])
-    glued = [name + ("…" if opened else "") for name, opened in re.findall(r"\bglue\(\s*f?\"([^\"{]+)(\{?)", source)]
-    drawn = "plt." in source or "subplots(" in source
+    glued = glued_names(tree)
+    drawn = "plt." in source or "subplots(" in source or re.search(r"\bdraw_\w+\(", source) is not None
     if glued:
         shown = ", ".join(f"`{name}`" for name in glued[:3]) + (" and more" if len(glued) > 3 else "")
         return ("Draws and glues " if drawn else "Computes and glues ") + shown

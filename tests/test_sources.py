@@ -16,7 +16,16 @@ import export
 import invalidate_cache
 import reading_time
 import sync_twins
-from chapters import ROOT, chapter_code, check_calls, claim_source, colab_bootstrap, toc_chapters, toc_files
+from chapters import (
+    ROOT,
+    chapter_code,
+    check_calls,
+    claim_source,
+    colab_bootstrap,
+    glued_names,
+    toc_chapters,
+    toc_files,
+)
 
 CHAPTERS = toc_chapters()
 ids = [chapter.stem for chapter in CHAPTERS]
@@ -284,9 +293,14 @@ def test_figures_are_glued_with_real_alt_text_and_none_comes_from_the_web(chapte
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=ids)
 def test_glue_keys_are_unique_within_a_chapter(chapter: Path) -> None:
-    keys = re.findall(r"\bglue\(\s*[\"']([^\"']+)[\"']", chapter.read_text())
+    keys = [key for key in glued_names(chapter_code(chapter)) if not key.endswith("…")]
     duplicates = sorted({key for key in keys if keys.count(key) > 1})
     assert not duplicates, f"{chapter.name}: glue keys used twice: {duplicates}"
+
+
+def test_glued_names_reads_glue_and_glue_values_in_order() -> None:
+    code = ast.parse('glue("a", 1)\nglue_values(b=2, c=3)\nfor i in range(2):\n    glue(f"d_{i}", i)\nglue(name, 4)\n')
+    assert glued_names(code) == ["a", "b", "c", "d_…"]
 
 
 def test_preface_map_lists_every_chapter_of_the_toc() -> None:
