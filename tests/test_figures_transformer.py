@@ -256,6 +256,15 @@ def test_compare_encoders_with_pytorch_agrees_and_a_loader_that_copies_nothing_d
 # decoder
 
 
+def test_teacher_forcing_table_shows_each_position_its_prefix_and_its_target() -> None:
+    table = figures.teacher_forcing_table(["<s>", "a", "b"], ["a", "b", "</s>"])
+    assert table.index.name == "position i" and list(table.index) == [0, 1, 2]
+    assert list(table["inputs position i may see"]) == ["<s>", "<s> a", "<s> a b"]
+    assert list(table["target to predict"]) == ["a", "b", "</s>"]
+    with pytest.raises(ValueError, match="3 input words but 2 targets"):
+        figures.teacher_forcing_table(["<s>", "a", "b"], ["a", "b"])
+
+
 def test_compare_decoders_agrees_in_every_variant() -> None:
     torch.manual_seed(0)
     x, memory = torch.randn(2, 4, 16), torch.randn(2, 5, 16)

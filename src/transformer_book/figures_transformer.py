@@ -572,6 +572,22 @@ def compare_encoders_with_pytorch(
 # decoder
 
 
+def teacher_forcing_table(input_words: Sequence[str], target_words: Sequence[str]) -> pd.DataFrame:
+    """Teacher forcing position by position: the decoder's input word, the inputs the causal mask
+    lets position i see (inputs 0..i), and the target it must predict."""
+    import pandas as pd
+
+    if len(input_words) != len(target_words):
+        raise ValueError(f"teacher_forcing_table: {len(input_words)} input words but {len(target_words)} targets")
+    return pd.DataFrame(
+        {
+            "decoder input": list(input_words),
+            "inputs position i may see": [" ".join(input_words[: i + 1]) for i in range(len(input_words))],
+            "target to predict": list(target_words),
+        }
+    ).rename_axis("position i")
+
+
 def compare_decoders(
     x: Tensor, memory: Tensor, source_mask: Tensor, *, num_layers: int, d_model: int, num_heads: int, d_ff: int
 ) -> tuple[float, pd.DataFrame]:
