@@ -13,8 +13,8 @@ from transformer_book.block_anatomy import (
     PositionwiseFeedForward,
     SublayerConnection,
     check_activation,
-    check_features,
 )
+from transformer_book.checks import check_features
 from transformer_book.torch_loading import load_torch_feed_forward, load_torch_layer_norm
 
 
