@@ -27,11 +27,14 @@ CACHE = ROOT / "_build" / ".jupyter_cache"
 FINGERPRINTS = ROOT / "_build" / ".package-fingerprints.json"
 SYNC_STAMP = ROOT / "_build" / ".sync-stamp"
 IMPORT = re.compile(r"^\s*(?:from|import)\s+transformer_book(?:\.(\w+))?\b", re.MULTILINE)
+# An ``if TYPE_CHECKING:`` block (to its first unindented line) never runs: what it imports cannot change a result.
+TYPE_CHECKING_BLOCK = re.compile(r"^if TYPE_CHECKING:[^\n]*\n(?:[ \t]+[^\n]*\n|[ \t]*\n)*", re.MULTILINE)
 
 
 def imported_modules(text: str) -> set[str]:
-    """Package modules named by the imports in text; ``from transformer_book import …`` is __init__."""
-    return {match.group(1) or "__init__" for match in IMPORT.finditer(text)}
+    """Package modules named by the imports in text, outside ``if TYPE_CHECKING:`` blocks;
+    ``from transformer_book import …`` is __init__."""
+    return {match.group(1) or "__init__" for match in IMPORT.finditer(TYPE_CHECKING_BLOCK.sub("", text))}
 
 
 def reached_modules(text: str) -> set[str]:

@@ -13,10 +13,9 @@ from transformer_book.block_anatomy import (
     PositionwiseFeedForward,
     SublayerConnection,
     check_activation,
-    check_features,
-    load_torch_feed_forward,
-    load_torch_layer_norm,
 )
+from transformer_book.checks import check_features
+from transformer_book.torch_loading import load_torch_feed_forward, load_torch_layer_norm
 
 
 def torch_layer_norm(d_model: int, eps: float = 1e-5, seed: int = 0) -> nn.LayerNorm:

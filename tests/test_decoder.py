@@ -11,11 +11,10 @@ from transformer_book.block_anatomy import LayerNorm
 from transformer_book.decoder import (
     Decoder,
     DecoderLayer,
-    load_torch_decoder,
-    load_torch_decoder_layer,
     shift_right,
 )
 from transformer_book.scaled_dot_product import causal_mask, padding_mask
+from transformer_book.torch_loading import load_torch_decoder, load_torch_decoder_layer
 
 BATCH, M, N, D_MODEL, HEADS, D_FF, LAYERS = 2, 5, 7, 16, 4, 32, 2
 SOURCE_LENGTHS = [7, 4]

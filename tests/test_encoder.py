@@ -10,14 +10,9 @@ from torch import nn
 
 from torch_reference import nudge
 from transformer_book.block_anatomy import LayerNorm
-from transformer_book.encoder import (
-    Encoder,
-    EncoderLayer,
-    load_torch_encoder,
-    load_torch_encoder_layer,
-    load_torch_final_norm,
-)
+from transformer_book.encoder import Encoder, EncoderLayer
 from transformer_book.scaled_dot_product import padding_mask
+from transformer_book.torch_loading import load_torch_encoder, load_torch_encoder_layer, load_torch_final_norm
 
 BATCH, N, D_MODEL, HEADS, D_FF, LAYERS = 3, 6, 16, 4, 32, 3
 LENGTHS = [6, 4, 1]

@@ -9,7 +9,6 @@ import torch
 from torch import nn
 
 from torch_reference import random_transformers_model
-from transformer_book.encoder import load_torch_encoder
 from transformer_book.encoder_only import (
     IGNORE_INDEX,
     EncoderClassifier,
@@ -20,6 +19,7 @@ from transformer_book.encoder_only import (
     mask_tokens,
 )
 from transformer_book.scaled_dot_product import causal_mask
+from transformer_book.torch_loading import load_torch_encoder
 
 VOCAB, PAD, CLS, MASK = 20, 0, 18, 19
 SPECIALS = [PAD, CLS, MASK]

@@ -22,7 +22,6 @@ from transformer_book.block_anatomy import (
     PositionwiseFeedForward,
     RMSNorm,
     SublayerConnection,
-    load_torch_layer_norm,
     make_norm,
 )
 from transformer_book.decoder import Decoder, DecoderLayer
@@ -31,12 +30,12 @@ from transformer_book.decoding import IncrementalDecoder, generate
 from transformer_book.modern_decoder import cache_bytes, interleave_rotary_rows, kv_cache_bytes, llama_rope
 from transformer_book.multi_head_attention import (
     MultiHeadAttention,
-    load_torch_weights,
     repeat_kv_heads,
     rotate_heads,
 )
 from transformer_book.pretrained import llama_from_huggingface
 from transformer_book.relative_positions import apply_rope
+from transformer_book.torch_loading import load_torch_layer_norm, load_torch_weights
 
 with warnings.catch_warnings():  # transformers imports tqdm.auto, which warns where ipywidgets is missing
     warnings.simplefilter("ignore")

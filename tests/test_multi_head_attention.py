@@ -11,11 +11,11 @@ from torch import nn
 
 from transformer_book.multi_head_attention import (
     MultiHeadAttention,
-    load_torch_weights,
     merge_heads,
     split_heads,
 )
 from transformer_book.scaled_dot_product import causal_mask, padding_mask
+from transformer_book.torch_loading import load_torch_weights
 
 BATCH, N, M, D_MODEL, HEADS = 2, 5, 7, 12, 3
 

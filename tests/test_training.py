@@ -19,6 +19,7 @@ from transformer_book.batching import (
     LabelledBatch,
     make_batch,
 )
+from transformer_book.checks import check_decoding_inputs
 from transformer_book.decoder_only import DecoderOnlyTransformer, LanguageModelBatch, random_windows
 from transformer_book.full_model import Transformer, TransformerConfig, make_transformer
 from transformer_book.label_smoothing import LabelSmoothingLoss
@@ -27,7 +28,6 @@ from transformer_book.scaled_dot_product import causal_mask
 from transformer_book.training import (
     TrainingHistory,
     average_weights,
-    check_decoding_inputs,
     exact_match,
     greedy_decode,
     load_checkpoint,

@@ -148,7 +148,7 @@ def compare_feed_forward_with_pytorch(ffn: nn.Module, x: Tensor, num_heads: int 
     """Copy the feed-forward network of a fresh nn.TransformerEncoderLayer (dropout 0, the sizes of
     ``ffn``, a PositionwiseFeedForward) into ``ffn`` with load_torch_feed_forward, and return the
     largest |ffn(x) - PyTorch's linear2(activation(linear1(x)))|."""
-    from transformer_book.block_anatomy import load_torch_feed_forward
+    from transformer_book.torch_loading import load_torch_feed_forward
 
     parts: Any = ffn
     their_layer = nn.TransformerEncoderLayer(
@@ -164,7 +164,8 @@ def compare_layer_norms(shapes: Iterable[tuple[int, ...]], device: torch.device)
     """For each shape: an nn.LayerNorm over its last dimension with a random gain and shift, copied
     into the book's LayerNorm (load_torch_layer_norm), both applied to inputs 3 N(0, 1) + 1 of that
     shape. Returns the largest |difference| over all shapes."""
-    from transformer_book.block_anatomy import LayerNorm, load_torch_layer_norm
+    from transformer_book.block_anatomy import LayerNorm
+    from transformer_book.torch_loading import load_torch_layer_norm
 
     differences = []
     for shape in shapes:
@@ -528,8 +529,9 @@ def compare_encoders_with_pytorch(
     (their attention biases start at 0, their LayerNorms at the identity, a stack's layers as
     copies), and they run in training mode with dropout 0, deterministic and off the inference
     fast path. Returns compare_encoders' table, one row per case."""
-    from transformer_book.encoder import Encoder, EncoderLayer, load_torch_encoder, load_torch_encoder_layer
+    from transformer_book.encoder import Encoder, EncoderLayer
     from transformer_book.helpers import nudge_parameters
+    from transformer_book.torch_loading import load_torch_encoder, load_torch_encoder_layer
 
     num_layers, d_model = len(pytorch_stack.layers), x.shape[-1]
 
@@ -598,9 +600,10 @@ def compare_decoders(
     and GELU, indexed by (LayerNorm, activation)."""
     import pandas as pd
 
-    from transformer_book.decoder import Decoder, DecoderLayer, load_torch_decoder, load_torch_decoder_layer
+    from transformer_book.decoder import Decoder, DecoderLayer
     from transformer_book.helpers import nudge_parameters
     from transformer_book.scaled_dot_product import causal_mask
+    from transformer_book.torch_loading import load_torch_decoder, load_torch_decoder_layer
 
     m, where, dtype = x.shape[1], x.device, x.dtype
     pytorch_masks = {"tgt_mask": ~causal_mask(m, device=where), "memory_key_padding_mask": ~source_mask[:, 0]}

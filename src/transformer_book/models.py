@@ -12,6 +12,7 @@ full_model.Transformer``. It imports no plotting.
 
 from transformer_book.batching import END_ID, PAD_ID, START_ID, Batch, LabelledBatch, make_batch, pad_sequences
 from transformer_book.block_anatomy import LayerNorm, PositionwiseFeedForward, SublayerConnection
+from transformer_book.checks import check_attention_mask
 from transformer_book.decoder import Decoder, DecoderLayer, shift_right
 from transformer_book.decoder_only import DecoderOnlyTransformer, KneserNey, LanguageModelBatch
 from transformer_book.decoding import IncrementalDecoder, beam_search, cached_greedy_decode, generate, sample_decode
@@ -34,7 +35,7 @@ from transformer_book.full_model import (
 )
 from transformer_book.label_smoothing import LabelSmoothingLoss
 from transformer_book.learning_rate import make_optimizer, transformer_learning_rate
-from transformer_book.multi_head_attention import MultiHeadAttention, check_attention_mask
+from transformer_book.multi_head_attention import MultiHeadAttention
 from transformer_book.positional_encoding import PositionalEncoding
 from transformer_book.scaled_dot_product import causal_mask, padding_mask, scaled_dot_product_attention
 from transformer_book.tokenization import BytePairTokenizer
