@@ -109,3 +109,15 @@ def test_token_ids_accepts_integer_ids_in_range() -> None:
 def test_token_ids_names_the_argument_and_the_problem(tokens: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         token_ids(tokens, 5, "targets")
+
+
+def test_refusal_returns_the_value_errors_message_or_none() -> None:
+    from transformer_book.checks import refusal
+
+    def refused() -> None:
+        raise ValueError("d_model must be positive")
+
+    assert refusal(refused) == "d_model must be positive"
+    assert refusal(lambda: None) is None
+    with pytest.raises(TypeError):
+        refusal(lambda: int([]))  # type: ignore[call-overload]

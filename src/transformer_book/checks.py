@@ -8,7 +8,7 @@ import them from here. The general rules for sizes, probabilities and token ids 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -22,6 +22,16 @@ if TYPE_CHECKING:  # for the annotations only: those modules import this one
     from transformer_book.encoder import Encoder
     from transformer_book.full_model import Generator, TokenEmbedding, Transformer
     from transformer_book.positional_encoding import PositionalEncoding
+
+
+def refusal(call: Callable[[], object]) -> str | None:
+    """The message of the ValueError that call() raises, or None if it raises none; any other
+    exception propagates. The chapters show their refused calls with it."""
+    try:
+        call()
+    except ValueError as error:
+        return str(error)
+    return None
 
 
 # Checks of the code of the scaled-dot-product chapter.

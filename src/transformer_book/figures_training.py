@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import torch
 
+from transformer_book.checks import refusal
 from transformer_book.runtime import glue, plot_heatmap
 
 if TYPE_CHECKING:
@@ -136,12 +137,8 @@ def error_messages(calls: Mapping[str, Callable[[], object]]) -> dict[str, str]:
     A call that raises nothing is left out of the result (the chapter's checks then see it
     missing); any other exception propagates.
     """
-    messages = {}
-    for problem, call in calls.items():
-        try:
-            call()
-        except ValueError as error:
-            messages[problem] = str(error)
+    refused = {problem: refusal(call) for problem, call in calls.items()}
+    messages = {problem: message for problem, message in refused.items() if message is not None}
     for problem, message in messages.items():
         print(f"{problem:>30}: {message}")
     return messages

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 import transformer_book.multi_head_attention as mha
+from transformer_book.checks import refusal
 from transformer_book.runtime import PALETTE, diagram_arrow, diagram_box, plot_heatmap
 
 if TYPE_CHECKING:
@@ -46,11 +47,10 @@ def value_error_messages(calls: Iterable[Callable[[], object]]) -> list[str]:
     """
     messages = []
     for bad_call in calls:
-        try:
-            bad_call()
-        except ValueError as error:
-            print("ValueError:", error)
-            messages.append(str(error))
+        message = refusal(bad_call)
+        if message is not None:
+            print("ValueError:", message)
+            messages.append(message)
     return messages
 
 
