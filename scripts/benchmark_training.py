@@ -133,9 +133,8 @@ def compare_training(args: argparse.Namespace, on: torch.device) -> None:
     book_model = make_transformer(args.vocab, args.vocab, config).to(on)
     torch_model = TorchTransformer(args.vocab, args.d_model, args.heads, args.layers, args.d_ff, args.dropout).to(on)
     generator = torch.Generator().manual_seed(0)
-    batches = [
-        random_batch(args.vocab, args.batch, args.length, generator, on) for _ in range(args.warmup + args.steps)
-    ]
+    steps = timed_steps(args, on)
+    batches = [random_batch(args.vocab, args.batch, args.length, generator, on) for _ in range(args.warmup + steps)]
 
     def book_forward(batch: Batch) -> Tensor:
         logits: Tensor = book_model(**batch.model_inputs())
@@ -149,7 +148,9 @@ def compare_training(args: argparse.Namespace, on: torch.device) -> None:
             keep_attention_weights(book_model, True)
 
     print(f"\n{on.type}: {describe(on)}, torch {torch.__version__}")
-    print(f"config: {config}, vocab {args.vocab}, batch {args.batch}, length <= {args.length}")
+    print(
+        f"config: {config}, vocab {args.vocab}, batch {args.batch}, length <= {args.length}, {steps} timed steps a round"
+    )
     # A ratio is how many times longer the book's model takes per token than nn.Transformer: 1.0 is parity.
     print(
         f"{'round':>5} {'book tokens/s':>14} {'book, fused tokens/s':>21} {'nn.Transformer tokens/s':>24} "
@@ -201,7 +202,7 @@ def compare_causal_attention(args: argparse.Namespace, on: torch.device) -> None
     timings = {"book": float("inf"), "direct": float("inf")}
     for _ in range(args.rounds):
         for name, run in (("book", book), ("direct", direct)):
-            timings[name] = min(timings[name], seconds_per_call(run, calls=20))
+            timings[name] = min(timings[name], seconds_per_call(run, calls=timed_steps(args, on)))
     # The smaller of two measurements: a first call can allocate what later calls reuse.
     peaks = {
         name: min(peak_memory_bytes(run, on) for _ in range(2)) for name, run in (("book", book), ("direct", direct))
@@ -212,6 +213,18 @@ def compare_causal_attention(args: argparse.Namespace, on: torch.device) -> None
         f"{peaks['book'] / max(peaks['direct'], 1):.2f}x the peak memory of direct SDPA with is_causal=True "
         f"({timings['direct'] * 1e3:.2f} ms, {peaks['direct'] / 2**20:.1f} MiB)"
     )
+
+
+def timed_steps(args: argparse.Namespace, on: torch.device) -> int:
+    """Steps (or calls) timed a round: --steps if given, else 20 on the CPU and 200 on a GPU.
+
+    A step on a GPU takes about a millisecond, so 20 of them are as short as the noise of the
+    machine: rounds of the same code differed by a fifth on an H200. This is the size of a
+    measurement, never of an experiment whose result a chapter checks.
+    """
+    if args.steps is not None:
+        return int(args.steps)
+    return 20 if on.type == "cpu" else 200
 
 
 def describe(on: torch.device) -> str:
@@ -231,7 +244,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--length", type=int, default=32, help="longest source and target, in tokens")
     parser.add_argument("--attention-length", type=int, default=512, help="sequence length of the attention rows")
-    parser.add_argument("--steps", type=int, default=20, help="timed steps per model and round")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="timed steps per model and round (default: 20 on the CPU, 200 on a GPU)"
+    )
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps before each timing")
     parser.add_argument("--rounds", type=int, default=3, help="alternate the two models this many times")
     parser.add_argument(

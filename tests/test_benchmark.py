@@ -6,9 +6,12 @@ package (a tiny configuration, two steps), never how fast anything is.
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 import sys
+
+import torch
 
 from chapters import ROOT
 
@@ -59,3 +62,15 @@ def test_benchmark_script_prints_the_three_throughputs() -> None:
     )
     assert causal is not None, result.stdout
     assert "CUDA is not available" in result.stdout or "\ncuda: " in result.stdout, "no CUDA rows, and no word why"
+    assert "2 timed steps a round" in result.stdout, "--steps was not used"
+
+
+def test_benchmark_times_ten_times_more_steps_on_a_gpu_unless_told() -> None:
+    """A GPU step takes about a millisecond: 20 of them are within the machine's noise."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from benchmark_training import timed_steps
+
+    default, told = argparse.Namespace(steps=None), argparse.Namespace(steps=7)
+    assert timed_steps(default, torch.device("cpu")) == 20
+    assert timed_steps(default, torch.device("cuda")) == timed_steps(default, torch.device("mps")) == 200
+    assert timed_steps(told, torch.device("cuda")) == timed_steps(told, torch.device("cpu")) == 7
