@@ -771,10 +771,15 @@ def open_explorables(browser: Browser, page: Page, html_root: Path) -> tuple[Bro
 
 
 def axe_on_explorables(tab: Tab, network: Network) -> tuple[list[str], list[str]]:
-    """The page's network problems (taken before axe, which file:// refuses stylesheets), and axe's findings."""
+    """The page's network problems (taken before axe, which file:// refuses stylesheets), and axe's findings
+    in light and in dark mode (where the theme puts HTML outputs on a light panel of their own)."""
     problems = network.problems()
     tab.add_script_tag(path=str(AXE))
-    return problems, tab.evaluate(AXE_ON_EXPLORABLES, BLOCKING_IMPACTS)
+    violations = tab.evaluate(AXE_ON_EXPLORABLES, BLOCKING_IMPACTS)
+    tab.emulate_media(color_scheme="dark")
+    tab.wait_for_function("document.documentElement.dataset.theme === 'dark'")
+    violations += [f"in dark mode, {found}" for found in tab.evaluate(AXE_ON_EXPLORABLES, BLOCKING_IMPACTS)]
+    return problems, violations
 
 
 def test_sampling_explorer_filters_as_python_does(browser: Browser, book_build: BookBuild) -> None:
