@@ -194,19 +194,39 @@ def package_version() -> str:
         return str(tomllib.load(file)["project"]["version"])
 
 
+def site_url() -> str:
+    """The book's website, GitHub Pages of the repository: https://github.com/OWNER/REPO is served at
+    https://OWNER.github.io/REPO."""
+    owner, repository = repository_url().removeprefix("https://github.com/").split("/")
+    return f"https://{owner.lower()}.github.io/{repository}"
+
+
+def wheel_name() -> str:
+    """The standard file name of the companion package's wheel (pure Python, any platform)."""
+    with (ROOT / "pyproject.toml").open("rb") as file:
+        name = str(tomllib.load(file)["project"]["name"])
+    return f"{name.replace('-', '_').replace('.', '_').lower()}-{package_version()}-py3-none-any.whl"
+
+
+def wheel_url() -> str:
+    """Where the website publishes the wheel: the site build (_ext/site_assets.py) builds it from the
+    same commit as the pages and copies it into ``_static``."""
+    return f"{site_url()}/_static/{wheel_name()}"
+
+
 def colab_bootstrap() -> str:
-    """The first cell of every chapter: under Colab only, install the companion package's release
-    ``v<version>`` (a git tag, made by the release workflow once CI passes on main), without
-    dependencies so that Colab's own torch is kept."""
-    return f"""# Colab only: install the release of the book's companion package that this notebook was tested
-# with. Torch is already there and is not reinstalled.
+    """The first cell of every chapter: under Colab only, install the companion package's wheel that
+    the website publishes (built from the same commit as the pages), without dependencies so that
+    Colab's own torch is kept."""
+    return f"""# Colab only: install the book's companion package, built from the same commit as this notebook
+# and published with the website. Torch is already there and is not reinstalled.
 import subprocess
 import sys
 
 if "google.colab" in sys.modules:
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-         "git+{repository_url()}.git@v{package_version()}"],
+         "{wheel_url()}"],
         check=True,
     )"""
 
