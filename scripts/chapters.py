@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import os
+import re
 import tempfile
 import time
 from dataclasses import dataclass
@@ -114,11 +116,54 @@ def claim_source(call: ast.Call) -> str:
     return ast.unparse(call.args[0])
 
 
-def claims_fingerprint(chapter: Path) -> str:
-    """A digest of the chapter's checks as written (claims, measured values and bounds), so that the
-    robustness summary can tell when a claim or a threshold changed after its sweep."""
-    text = "\n".join(ast.unparse(call) for call in check_calls(chapter))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+PACKAGE = ROOT / "src" / "transformer_book"
+PACKAGE_IMPORT = re.compile(r"^\s*(?:from|import)\s+transformer_book(?:\.(\w+))?\b", re.MULTILINE)
+# An ``if TYPE_CHECKING:`` block (to its first unindented line) never runs: what it imports cannot change a result.
+TYPE_CHECKING_BLOCK = re.compile(r"^if TYPE_CHECKING:[^\n]*\n(?:[ \t]+[^\n]*\n|[ \t]*\n)*", re.MULTILINE)
+
+
+def imported_modules(text: str) -> set[str]:
+    """Package modules named by the imports in text, outside ``if TYPE_CHECKING:`` blocks;
+    ``from transformer_book import …`` is __init__."""
+    return {match.group(1) or "__init__" for match in PACKAGE_IMPORT.finditer(TYPE_CHECKING_BLOCK.sub("", text))}
+
+
+def reached_modules(text: str) -> set[str]:
+    """The modules text imports, and the modules those import, through the whole package."""
+    reached: set[str] = set()
+    pending = list(imported_modules(text))
+    while pending:
+        name = pending.pop()
+        path = PACKAGE / f"{name}.py"
+        if name in reached or not path.exists():
+            continue
+        reached.add(name)
+        pending.extend(imported_modules(path.read_text()))
+    return reached
+
+
+def experiment_fingerprint(chapter: Path) -> str:
+    """A digest of everything a chapter's run executes: its code cells as written (the experiment,
+    its checks and their bounds, however they are spelled) and the source of every package module
+    they reach. A sweep run records it; a run whose chapter or package code changed since is stale,
+    and only running the chapter again can replace it."""
+    digest = hashlib.sha256()
+    for cell in jupytext.read(chapter).cells:
+        if cell.cell_type == "code":
+            digest.update(b"cell\0" + cell.source.encode() + b"\0")
+    for name in sorted(reached_modules(chapter.read_text())):
+        digest.update(b"module\0" + name.encode() + b"\0" + (PACKAGE / f"{name}.py").read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def outputs_digest(notebook: nbformat.NotebookNode) -> str:
+    """A digest of what an executed notebook printed, drew and glued: its code cells' outputs."""
+    digest = hashlib.sha256()
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            for output in cell.get("outputs", []):
+                digest.update(json.dumps(output, sort_keys=True, default=str).encode() + b"\0")
+    return digest.hexdigest()
 
 
 def swept_chapters() -> list[Path]:
@@ -141,7 +186,7 @@ class Execution:
 def execute_chapter(chapter: Path, timeout: int = 600, env: dict[str, str] | None = None) -> Execution:
     """Run every cell of a chapter in a fresh kernel, with the book folder as working directory
     (and ``env`` as the kernel's environment, where given)."""
-    return _execute(jupytext.read(chapter), chapter, cwd=chapter.parent, timeout=timeout, env=env)
+    return execute_notebook(jupytext.read(chapter), chapter, cwd=chapter.parent, timeout=timeout, env=env)
 
 
 def execute_like_colab(chapter: Path, timeout: int = 600) -> Execution:
@@ -159,10 +204,10 @@ def execute_like_colab(chapter: Path, timeout: int = 600) -> Execution:
         path = os.pathsep.join(filter(None, [str(hidden), os.environ.get("PYTHONPATH")]))
         workdir = Path(scratch) / "content"
         workdir.mkdir()
-        return _execute(notebook, twin, cwd=workdir, timeout=timeout, env={**os.environ, "PYTHONPATH": path})
+        return execute_notebook(notebook, twin, cwd=workdir, timeout=timeout, env={**os.environ, "PYTHONPATH": path})
 
 
-def _execute(
+def execute_notebook(
     notebook: nbformat.NotebookNode, source: Path, cwd: Path, timeout: int, env: dict[str, str] | None = None
 ) -> Execution:
     client = NotebookClient(

@@ -16,39 +16,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
-from chapters import ROOT, book_chapters
+from chapters import PACKAGE, ROOT, book_chapters, reached_modules
 
-PACKAGE = ROOT / "src" / "transformer_book"
 CACHE = ROOT / "_build" / ".jupyter_cache"
 FINGERPRINTS = ROOT / "_build" / ".package-fingerprints.json"
 SYNC_STAMP = ROOT / "_build" / ".sync-stamp"
-IMPORT = re.compile(r"^\s*(?:from|import)\s+transformer_book(?:\.(\w+))?\b", re.MULTILINE)
-# An ``if TYPE_CHECKING:`` block (to its first unindented line) never runs: what it imports cannot change a result.
-TYPE_CHECKING_BLOCK = re.compile(r"^if TYPE_CHECKING:[^\n]*\n(?:[ \t]+[^\n]*\n|[ \t]*\n)*", re.MULTILINE)
-
-
-def imported_modules(text: str) -> set[str]:
-    """Package modules named by the imports in text, outside ``if TYPE_CHECKING:`` blocks;
-    ``from transformer_book import …`` is __init__."""
-    return {match.group(1) or "__init__" for match in IMPORT.finditer(TYPE_CHECKING_BLOCK.sub("", text))}
-
-
-def reached_modules(text: str) -> set[str]:
-    """The modules text imports, and the modules those import, through the whole package."""
-    reached: set[str] = set()
-    pending = list(imported_modules(text))
-    while pending:
-        name = pending.pop()
-        path = PACKAGE / f"{name}.py"
-        if name in reached or not path.exists():
-            continue
-        reached.add(name)
-        pending.extend(imported_modules(path.read_text()))
-    return reached
 
 
 def fingerprint(chapter: Path) -> str:

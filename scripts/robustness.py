@@ -9,8 +9,9 @@ The chapters swept are exactly those that call ``check`` (``chapters.swept_chapt
 executes a chapter itself, unchanged, in a fresh kernel, with ``BOOK_SEED`` (which moves all of the
 chapter's seeds: weights, data, sampling) and ``OMP_NUM_THREADS`` set. The chapter's hidden checks
 call ``transformer_book.check``; with ``BOOK_CLAIMS_LOG`` pointing into this script's scratch folder
-(marked as the sweep's, so that the variable is refused anywhere else), each check is written to a
-log instead of raising, so one run reports every claim. Runs on the CPU hide the GPU; where CUDA
+and ``BOOK_SWEEP_PARENT`` naming this process (a kernel honours the log only when this process is its
+parent, so the variable is refused anywhere else), each check is written to a log instead of raising,
+so one run reports every claim. Runs on the CPU hide the GPU; where CUDA
 is present, each seed also runs once on it.
 
 The table gives, per chapter and claim: in how many runs it held (a claim checked in a loop holds
@@ -19,22 +20,31 @@ it), the minimum, median and maximum of the measured value, the threshold, and t
 to it (value minus bound, in the claim's own units; negative means it failed somewhere). A run that
 raised (not a check, a crash) is listed with its error. It asserts nothing: it is a measurement.
 
-Each swept chapter's row in ``robustness.json`` is replaced by this sweep's (``--no-record`` to
-leave it alone): the claims and their statistics, the seeds, threads, devices and machines, and a
-fingerprint of the chapter's ``check`` calls.
+A sentence the text chooses by the result is one conclusion (``check(..., family=...)``): the table
+lists, per conclusion, the branch each run took, so a lesson that flips with the seed shows.
 
-A sweep can be split across machines: ``--runs-out runs.jsonl`` appends every run as it finishes
-(so a sweep cut short keeps what it finished), and ``--from-runs a.jsonl b.jsonl`` summarises and
-records saved runs instead of executing anything. A saved run carries its chapter's claims
-fingerprint; runs of an older version of a chapter are refused. ``tests/test_robustness_summary.py`` fails when a
-chapter's claims or thresholds changed after its recorded sweep, or when a recorded claim did not
-hold in every run.
+Each swept chapter's row in ``robustness.json`` is replaced by this sweep's (``--no-record`` to
+leave it alone): the claims and their statistics, the conclusions and their branches, the seeds,
+threads, devices and machines, and the chapter's experiment fingerprint (its code cells and the
+package modules they reach, ``chapters.experiment_fingerprint``).
+
+Only execution writes a run. Each run records the fingerprint of the code it executed, a digest of
+the outputs the executed notebook holds, its claims as ``check`` logged them (values and evaluated
+bounds), and a digest over all of these. A sweep can be split across machines: ``--runs-out
+runs.jsonl`` appends every run as it finishes (so a sweep cut short keeps what it finished), and
+``--from-runs a.jsonl b.jsonl`` summarises saved runs. It refuses a run without its outputs digest,
+a run whose record was edited after it ran, and a run of code that has changed since: a changed
+bound, step count or package module means running the chapter again; nothing re-scores a run.
+``tests/test_robustness_summary.py`` fails when a chapter changed after its recorded sweep, a
+recorded claim did not hold in every run or held without margin, or a conclusion took different
+branches in different runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -49,12 +59,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chapters import ROOT, ChapterFailed, claims_fingerprint, execute_chapter, swept_chapters
+import jupytext
+
+from chapters import ROOT, ChapterFailed, execute_notebook, experiment_fingerprint, outputs_digest, swept_chapters
 
 #: The committed record of the latest sweep of each chapter.
 SUMMARY = ROOT / "robustness.json"
-#: Written into the scratch folder of each run; ``check`` refuses a claims log anywhere else.
-SWEEP_MARKER = ".robustness-sweep"
+#: Every run of the sweeps that robustness.json summarises, one JSON object a line.
+RUNS = ROOT / "robustness-runs.jsonl"
 
 
 @dataclass(frozen=True)
@@ -76,59 +88,102 @@ class Outcome:
     claims: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     machine: str = ""
+    fingerprint: str = ""  # chapters.experiment_fingerprint of the code that ran
+    outputs: str = ""  # chapters.outputs_digest of the executed notebook
+    glued: dict[str, str] = field(default_factory=dict)  # each glued sentence's wording (runtime.wording)
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "chapter": self.setting.chapter.stem,
+            "fingerprint": self.fingerprint,
+            "seed": self.setting.seed,
+            "threads": self.setting.threads,
+            "device": self.setting.device,
+            "machine": self.machine,
+            "seconds": self.seconds,
+            "claims": self.claims,
+            "error": self.error,
+            "outputs_digest": self.outputs,
+            "glued": self.glued,
+        }
 
     def as_json(self) -> str:
-        return json.dumps(
-            {
-                "chapter": self.setting.chapter.stem,
-                "fingerprint": claims_fingerprint(self.setting.chapter),
-                "seed": self.setting.seed,
-                "threads": self.setting.threads,
-                "device": self.setting.device,
-                "machine": self.machine,
-                "seconds": self.seconds,
-                "claims": self.claims,
-                "error": self.error,
-            }
-        )
+        fields = self.fields()
+        return json.dumps(fields | {"record_digest": record_digest(fields)})
+
+
+def record_digest(fields: dict[str, Any]) -> str:
+    """A digest over a run's whole record: an edit of any field (a claim's bound, its verdict, the
+    fingerprint) after the run no longer matches it."""
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
 def load_runs(paths: list[Path], chapters: list[Path]) -> list[Outcome]:
-    """The saved runs of the given chapters; refuses runs of a chapter whose claims changed since."""
+    """The saved runs of the given chapters. Refuses a run without the digest of its executed
+    outputs, a record edited after its run, and a run of a chapter whose code changed since."""
     by_stem = {chapter.stem: chapter for chapter in chapters}
     outcomes = []
     for path in paths:
-        for line in path.read_text().splitlines():
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
             saved = json.loads(line)
             chapter = by_stem.get(saved["chapter"])
             if chapter is None:
                 continue
-            if saved["fingerprint"] != claims_fingerprint(chapter):
-                raise SystemExit(f"{path}: a run of {chapter.name} (seed {saved['seed']}) predates its current claims")
+            where = f"{path}:{number}: the run of {chapter.name} (seed {saved['seed']}, {saved['threads']} threads)"
+            if not saved.get("outputs_digest"):
+                raise SystemExit(f"{where} carries no digest of its executed outputs: only execution writes a run")
+            fields = {key: value for key, value in saved.items() if key != "record_digest"}
+            if saved.get("record_digest") != record_digest(fields):
+                raise SystemExit(f"{where} was edited after it ran (its record digest does not match): run it again")
+            if saved["fingerprint"] != experiment_fingerprint(chapter):
+                raise SystemExit(f"{where} predates the chapter's current code: run it again")
             setting = Setting(chapter, saved["seed"], saved["threads"], saved["device"])
-            outcomes.append(Outcome(setting, saved["seconds"], saved["claims"], saved["error"], saved["machine"]))
+            outcomes.append(
+                Outcome(
+                    setting,
+                    saved["seconds"],
+                    saved["claims"],
+                    saved["error"],
+                    saved["machine"],
+                    saved["fingerprint"],
+                    saved["outputs_digest"],
+                    saved.get("glued", {}),
+                )
+            )
     return outcomes
 
 
+def sweep_variables(seed: int, threads: int, log: Path) -> dict[str, str]:
+    """The environment of a sweep's kernel: the run's seed and threads, and the claims log, which the
+    kernel honours because this process, named in ``BOOK_SWEEP_PARENT``, is its parent."""
+    from transformer_book.runtime import CLAIMS_LOG_VARIABLE, SEED_VARIABLE, SWEEP_PARENT_VARIABLE
+
+    return {
+        SEED_VARIABLE: str(seed),
+        CLAIMS_LOG_VARIABLE: str(log),
+        SWEEP_PARENT_VARIABLE: str(os.getpid()),
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        # Runs share the machine; OpenMP's spinning threads would otherwise slow multi-threaded
+        # runs 5-20 times while another run holds a core. It changes scheduling, not arithmetic.
+        "OMP_WAIT_POLICY": "PASSIVE",
+    }
+
+
 def run(setting: Setting) -> Outcome:
+    fingerprint = experiment_fingerprint(setting.chapter)  # of the code as it is read to run
+    notebook = jupytext.read(setting.chapter)
     with tempfile.TemporaryDirectory(prefix="robustness-") as scratch:
-        (Path(scratch) / SWEEP_MARKER).write_text("scratch folder of scripts/robustness.py\n")
         log = Path(scratch) / "claims.jsonl"
-        environment = {
-            "BOOK_SEED": str(setting.seed),
-            "BOOK_CLAIMS_LOG": str(log),
-            "OMP_NUM_THREADS": str(setting.threads),
-            "MKL_NUM_THREADS": str(setting.threads),
-            # Runs share the machine; OpenMP's spinning threads would otherwise slow multi-threaded
-            # runs 5-20 times while another run holds a core. It changes scheduling, not arithmetic.
-            "OMP_WAIT_POLICY": "PASSIVE",
-        }
+        environment = sweep_variables(setting.seed, setting.threads, log)
         if setting.device == "cpu":
             environment["CUDA_VISIBLE_DEVICES"] = ""
         start = time.perf_counter()
         error = None
         try:
-            execute_chapter(setting.chapter, env={**os.environ, **environment})
+            execute_notebook(
+                notebook, setting.chapter, cwd=setting.chapter.parent, timeout=600, env={**os.environ, **environment}
+            )
         except ChapterFailed as failure:
             error = failing_line(str(failure))
         except Exception as failure:  # a cell timeout or a dead kernel: one lost run, not the whole table
@@ -138,8 +193,14 @@ def run(setting: Setting) -> Outcome:
                 ]
             )
         seconds = time.perf_counter() - start
-        claims = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    return Outcome(setting, seconds, claims, error, machine(setting.device))
+        logged = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    claims = [record for record in logged if "claim" in record]
+    glued = {record["glued"]: record["wording"] for record in logged if "glued" in record}
+    if experiment_fingerprint(setting.chapter) != fingerprint:
+        error = error or "the chapter or a package module it imports changed while it ran: run it again"
+    return Outcome(
+        setting, seconds, claims, error, machine(setting.device), fingerprint, outputs_digest(notebook), glued
+    )
 
 
 def failing_line(traceback: str) -> str:
@@ -229,6 +290,39 @@ def summarise(outcomes: list[Outcome]) -> list[ClaimSummary]:
     return summaries
 
 
+@dataclass
+class ConclusionSummary:
+    """One conclusion the text chooses by the result, and how many runs took each of its branches."""
+
+    chapter: str
+    family: str
+    branches: dict[str, int]
+
+    def as_record(self) -> dict[str, Any]:
+        return {"family": self.family, "branches": dict(sorted(self.branches.items()))}
+
+
+def summarise_conclusions(outcomes: list[Outcome]) -> list[ConclusionSummary]:
+    """Per chapter and conclusion, the branch each run took, counted. A conclusion is a family of
+    checks (``check(..., family=...)``), whose branches are their claims, or a glued sentence
+    (``glued: <name>``), whose branches are its wordings, numbers aside. A run that checked two
+    branches of one family (both in a loop, say) counts for both."""
+    taken: dict[tuple[str, str], dict[str, int]] = {}
+    for outcome in outcomes:
+        chapter = outcome.setting.chapter.stem
+        per_family: dict[str, set[str]] = defaultdict(set)
+        for record in outcome.claims:
+            if record.get("family"):
+                per_family[record["family"]].add(record["claim"])
+        for name, wording in outcome.glued.items():
+            per_family[f"glued: {name}"].add(wording)
+        for family, claims in per_family.items():
+            branches = taken.setdefault((chapter, family), {})
+            for claim in claims:
+                branches[claim] = branches.get(claim, 0) + 1
+    return [ConclusionSummary(chapter, family, branches) for (chapter, family), branches in taken.items()]
+
+
 def report(outcomes: list[Outcome], summaries: list[ClaimSummary]) -> None:
     print()
     header = f"{'chapter':<22} {'claim':<70} {'held':>9} {'min':>10} {'median':>10} {'max':>10} {'threshold':>18} {'min margin':>11}"
@@ -243,6 +337,13 @@ def report(outcomes: list[Outcome], summaries: list[ClaimSummary]) -> None:
             f"{record['median']:>10.4g} {record['max']:>10.4g} {summary.threshold:>18} "
             f"{(f'{margin:.4g}' if margin is not None else '-'):>11}"
         )
+
+    for conclusion in summarise_conclusions(outcomes):
+        if conclusion.family.startswith("glued: ") and len(conclusion.branches) == 1:
+            continue  # a glued sentence worded alike in every run: nothing to show
+        taken = ", ".join(f"{count} runs: {claim}" for claim, count in sorted(conclusion.branches.items()))
+        flag = "FLIPS" if len(conclusion.branches) > 1 else "one branch"
+        print(f"{conclusion.chapter:<22} conclusion {conclusion.family!r} ({flag}): {taken}")
 
     crashes = [outcome for outcome in outcomes if outcome.error]
     if crashes:
@@ -273,7 +374,7 @@ def record(outcomes: list[Outcome], summaries: list[ClaimSummary]) -> None:
     for chapter in sorted({outcome.setting.chapter for outcome in outcomes}, key=lambda path: path.stem):
         runs = [outcome for outcome in outcomes if outcome.setting.chapter == chapter]
         chapters[chapter.stem] = {
-            "fingerprint": claims_fingerprint(chapter),
+            "fingerprint": experiment_fingerprint(chapter),
             "seeds": sorted({outcome.setting.seed for outcome in runs}),
             "threads": sorted({outcome.setting.threads for outcome in runs if outcome.setting.device == "cpu"}),
             "devices": sorted({outcome.setting.device for outcome in runs}),
@@ -286,6 +387,7 @@ def record(outcomes: list[Outcome], summaries: list[ClaimSummary]) -> None:
             "machines": sorted({outcome.machine for outcome in runs}),
             "date": datetime.date.today().isoformat(),
             "claims": [s.as_record() for s in summaries if s.chapter == chapter.stem],
+            "conclusions": [c.as_record() for c in summarise_conclusions(runs)],
         }
     summary["about"] = (
         "The latest sweep of each chapter's claims by scripts/robustness.py (make robustness): "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -251,15 +252,30 @@ def test_check_records_every_claim_for_the_robustness_sweep(monkeypatch: pytest.
     import json
 
     log = tmp_path / "claims.jsonl"
-    (tmp_path / runtime.SWEEP_MARKER).write_text("")
     monkeypatch.setenv(runtime.CLAIMS_LOG_VARIABLE, str(log))
+    # As in a kernel the sweep started: the sweep's process id is this process's parent.
+    monkeypatch.setenv(runtime.SWEEP_PARENT_VARIABLE, str(os.getppid()))
     runtime.check("held", 0.99, at_least=0.98)
     runtime.check("failed, recorded and not raised", 0.5, at_least=0.98, at_most=1.0)
-    runtime.check("a bool", False)
+    runtime.check("a bool", False, family="a conclusion")
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [record["passed"] for record in records] == [True, False, False]
     assert records[0]["margin"] == pytest.approx(0.01) and records[1]["margin"] == pytest.approx(-0.48)
     assert records[2]["margin"] is None and records[1]["at_most"] == 1.0
+    assert [record["family"] for record in records] == [None, None, "a conclusion"]
+
+
+def test_the_sweep_logs_the_wording_of_each_glued_sentence(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    import json
+
+    log = tmp_path / "claims.jsonl"
+    monkeypatch.setenv(runtime.CLAIMS_LOG_VARIABLE, str(log))
+    monkeypatch.setenv(runtime.SWEEP_PARENT_VARIABLE, str(os.getppid()))
+    runtime.glue("verdict", "The model beats the 5-gram by 0.12 nats, 12% of 1,024 tokens.", display=False)
+    runtime.glue("a number", 0.5, display=False)
+    assert [json.loads(line) for line in log.read_text().splitlines()] == [
+        {"glued": "verdict", "wording": "The model beats the #-gram by # nats, # of # tokens."}
+    ]
 
 
 def test_a_claims_log_outside_the_sweep_is_refused_rather_than_silencing_every_check(
@@ -267,17 +283,33 @@ def test_a_claims_log_outside_the_sweep_is_refused_rather_than_silencing_every_c
 ) -> None:
     log = tmp_path / "claims.jsonl"
     monkeypatch.setenv(runtime.CLAIMS_LOG_VARIABLE, str(log))
+    monkeypatch.delenv(runtime.SWEEP_PARENT_VARIABLE, raising=False)
     with pytest.raises(RuntimeError, match="Only make robustness"):
         runtime.check("a claim that fails", 0.5, at_least=0.98)
     with pytest.raises(RuntimeError, match="Only make robustness"):
         runtime.check("a claim that holds", True)
+    # A sweep's variables copied into another process (this one's parent is not the sweep) are refused too.
+    monkeypatch.setenv(runtime.SWEEP_PARENT_VARIABLE, str(os.getpid()))
+    with pytest.raises(RuntimeError, match="Only make robustness"):
+        runtime.check("a claim that fails", 0.5, at_least=0.98)
     assert not log.exists()
 
 
-def test_the_sweep_marks_its_scratch_folder_with_the_marker_check_looks_for() -> None:
+def test_the_sweep_names_itself_as_its_kernels_parent() -> None:
     import robustness
 
-    assert robustness.SWEEP_MARKER == runtime.SWEEP_MARKER
+    variables = robustness.sweep_variables(seed=3, threads=2, log=Path("claims.jsonl"))
+    assert variables[runtime.SWEEP_PARENT_VARIABLE] == str(os.getpid())
+    assert variables[runtime.CLAIMS_LOG_VARIABLE] == "claims.jsonl" and variables[runtime.SEED_VARIABLE] == "3"
+
+
+@pytest.mark.parametrize("bound", [float("nan"), float("inf"), -float("inf")])
+def test_a_bound_that_nothing_could_fail_is_refused(monkeypatch: pytest.MonkeyPatch, bound: float) -> None:
+    monkeypatch.delenv(runtime.CLAIMS_LOG_VARIABLE, raising=False)
+    with pytest.raises(ValueError, match="not a finite bound"):
+        runtime.check("x", 5, at_most=bound)
+    with pytest.raises(ValueError, match="not a finite bound"):
+        runtime.check("x", 5, at_least=bound)
 
 
 def test_importing_the_package_and_its_models_loads_no_plotting() -> None:

@@ -1,16 +1,19 @@
 """The committed record of the robustness sweep (robustness.json, written by scripts/robustness.py)
-matches the claims the chapters make now: a claim or threshold changed after its chapter's sweep,
-or a claim that did not hold in every run of it, fails here and names the chapter."""
+matches the chapters as they are now: a chapter whose code (or a package module it imports) changed
+after its sweep, a claim that did not hold in every run or held without margin, and a conclusion
+that took different branches in different runs each fail here and name the chapter."""
 
 from __future__ import annotations
 
+import ast
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 import robustness
-from chapters import check_calls, claims_fingerprint, swept_chapters, toc_chapters
+from chapters import chapter_code, check_calls, experiment_fingerprint, swept_chapters, toc_chapters
 
 SWEPT = swept_chapters()
 SUMMARY = json.loads(robustness.SUMMARY.read_text())["chapters"] if robustness.SUMMARY.exists() else {}
@@ -29,8 +32,8 @@ def test_the_sweep_covers_exactly_the_chapters_that_check_claims() -> None:
 def test_each_chapters_claims_were_swept_as_they_stand(chapter: Path) -> None:
     assert chapter.stem in SUMMARY, f"{chapter.stem} has never been swept: {RESWEEP.format(chapter.stem)}"
     row = SUMMARY[chapter.stem]
-    assert row["fingerprint"] == claims_fingerprint(chapter), (
-        f"{chapter.stem}: a claim, a measured value or a threshold changed after the recorded sweep of "
+    assert row["fingerprint"] == experiment_fingerprint(chapter), (
+        f"{chapter.stem}: its code, or a package module it imports, changed after the recorded sweep of "
         f"{row['date']}: {RESWEEP.format(chapter.stem)}"
     )
 
@@ -74,19 +77,80 @@ def test_a_run_that_raised_before_a_claim_counts_against_it_and_a_loop_holds_onl
     assert held == {"early": (3, 3), "in a loop": (1, 3)}
 
 
-def test_saved_runs_come_back_as_they_were_and_runs_of_older_claims_are_refused(tmp_path: Path) -> None:
-    chapter = SWEPT[0]
+def _signed(run: dict) -> dict:
+    fields = {key: value for key, value in run.items() if key != "record_digest"}
+    return fields | {"record_digest": robustness.record_digest(fields)}
+
+
+def _saved_run(chapter: Path) -> robustness.Outcome:
     record = {"claim": "c", "value": 1.0, "at_least": 0.5, "at_most": None, "margin": 0.5, "passed": True}
-    saved = robustness.Outcome(robustness.Setting(chapter, 3, 2, "cuda"), 12.5, [record], None, "a GPU")
+    return robustness.Outcome(
+        robustness.Setting(chapter, 3, 2, "cuda"),
+        12.5,
+        [record],
+        None,
+        "a GPU",
+        fingerprint=experiment_fingerprint(chapter),
+        outputs="0" * 64,
+    )
+
+
+def test_saved_runs_come_back_as_they_were(tmp_path: Path) -> None:
+    saved = _saved_run(SWEPT[0])
     runs = tmp_path / "runs.jsonl"
     runs.write_text(saved.as_json() + "\n")
     assert robustness.load_runs([runs], SWEPT) == [saved]
     assert robustness.load_runs([runs], SWEPT[1:]) == [], "a run of a chapter not asked for is left out"
 
-    stale = json.loads(saved.as_json()) | {"fingerprint": "an older version of the claims"}
-    runs.write_text(json.dumps(stale) + "\n")
-    with pytest.raises(SystemExit, match="predates its current claims"):
+
+@pytest.mark.parametrize(
+    ("edit", "refusal"),
+    [
+        # A run of an older version of the chapter, honestly recorded: its record digest matches.
+        (lambda run: _signed(run | {"fingerprint": "an older version"}), "predates the chapter's current code"),
+        (lambda run: {k: v for k, v in run.items() if k != "outputs_digest"}, "no digest of its executed outputs"),
+        (lambda run: run | {"outputs_digest": ""}, "no digest of its executed outputs"),
+        # Re-scoring: a looser bound written into a saved run, its verdict kept.
+        (lambda run: run | {"claims": [run["claims"][0] | {"at_least": 0.0, "margin": 1.0}]}, "edited after it ran"),
+        (lambda run: {k: v for k, v in run.items() if k != "record_digest"}, "edited after it ran"),
+    ],
+    ids=["stale code", "no outputs digest", "empty outputs digest", "re-scored bound", "no record digest"],
+)
+def test_only_an_executed_unedited_run_of_the_current_code_is_accepted(tmp_path: Path, edit, refusal: str) -> None:
+    saved = json.loads(_saved_run(SWEPT[0]).as_json())
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text(json.dumps(edit(saved)) + "\n")
+    with pytest.raises(SystemExit, match=refusal):
         robustness.load_runs([runs], SWEPT)
+
+
+def test_the_committed_runs_are_the_summarys_runs() -> None:
+    """robustness.json is what scripts/robustness.py --from-runs robustness-runs.jsonl writes: every
+    committed run is executed, unedited and of the current code, and the summary counts exactly them."""
+    outcomes = robustness.load_runs([robustness.RUNS], SWEPT)
+    for chapter in SWEPT:
+        runs = [outcome for outcome in outcomes if outcome.setting.chapter == chapter]
+        row = SUMMARY.get(chapter.stem, {})
+        assert row.get("runs") == len(runs), (
+            f"{chapter.stem}: robustness.json counts {row.get('runs')} runs, robustness-runs.jsonl holds "
+            f"{len(runs)} of its current code: {RESWEEP.format(chapter.stem)}"
+        )
+        summaries = [s.as_record() for s in robustness.summarise(runs)]
+        assert summaries == row["claims"], f"{chapter.stem}: robustness.json does not summarise its runs"
+
+
+#: The fewest runs of each swept chapter the committed record holds (the full sweep is 10 seeds at
+#: 1, 2 and 4 threads; CONTRIBUTING.md, "Robustness").
+FEWEST_SEEDS = 3
+
+
+@pytest.mark.parametrize("chapter", SWEPT, ids=[chapter.stem for chapter in SWEPT])
+def test_each_chapter_was_swept_over_several_seeds(chapter: Path) -> None:
+    row = SUMMARY.get(chapter.stem, {"seeds": []})
+    assert len(row["seeds"]) >= FEWEST_SEEDS, (
+        f"{chapter.stem}: the recorded sweep ran {len(row['seeds'])} seeds, fewer than {FEWEST_SEEDS}: "
+        f"{RESWEEP.format(chapter.stem)}"
+    )
 
 
 #: Claims that vary over the sweep and sit on a bound that no run can cross, with the reason.
@@ -97,11 +161,25 @@ ON_A_BOUND_BY_NATURE = {
 }
 
 
+#: How close to its bound a margin may come, relative to the size of the values and the bound, before
+#: it counts as touching it: float32 rounding puts a value that "equals" its bound within about 1e-7
+#: of it, relatively (encoder-only once sat 1.2e-8 inside a bound of -0.05).
+MARGIN_TOLERANCE = 1e-5
+
+
 def _touched_its_bound(claim: dict[str, object]) -> bool:
-    """A claim whose value varied over the sweep and landed on its bound in some run: it held, but
-    without margin, so another seed or machine can cross it. (An exact fact, such as a count of
-    mismatches that must be 0, measures the same value in every run and sits on its bound by design.)"""
-    return claim["min"] != claim["max"] and claim["min_margin"] == 0
+    """A claim whose value varied over the sweep and came within rounding of its bound in some run:
+    it held, but without margin, so another seed or machine can cross it. (An exact fact, such as
+    a count of mismatches that must be 0, measures the same value in every run and sits on its
+    bound by design.)"""
+    low, high, margin = float(claim["min"]), float(claim["max"]), float(claim["min_margin"])  # type: ignore[arg-type]
+    bounds = [
+        float(number)
+        for number in str(claim.get("threshold", "")).replace(">=", "").replace("<=", "").strip("[] ").split(",")
+        if number.strip() and number.strip() != "true"
+    ]
+    scale = max([abs(low), abs(high), *map(abs, bounds), math.ulp(1.0)])
+    return low != high and margin <= MARGIN_TOLERANCE * scale
 
 
 @pytest.mark.parametrize("chapter", SWEPT, ids=[chapter.stem for chapter in SWEPT])
@@ -116,11 +194,86 @@ def test_no_claim_that_varies_over_the_sweep_touched_its_bound(chapter: Path) ->
 
 
 def test_a_count_that_reached_its_bound_is_flagged_and_an_exact_fact_is_not() -> None:
-    assert _touched_its_bound({"min": 2.0, "max": 8.0, "min_margin": 0.0})
-    assert not _touched_its_bound({"min": 0.0, "max": 0.0, "min_margin": 0.0})
-    assert not _touched_its_bound({"min": 2.0, "max": 6.0, "min_margin": 4.0})
+    assert _touched_its_bound({"min": 2.0, "max": 8.0, "min_margin": 0.0, "threshold": "<= 8"})
+    assert not _touched_its_bound({"min": 0.0, "max": 0.0, "min_margin": 0.0, "threshold": "<= 0"})
+    assert not _touched_its_bound({"min": 2.0, "max": 6.0, "min_margin": 4.0, "threshold": "<= 10"})
+
+
+def test_a_margin_within_rounding_of_its_bound_counts_as_touching_it() -> None:
+    # encoder-only's "end close" at the 2026-12-05 review: 1.19e-8 inside a bound of -0.05.
+    assert _touched_its_bound(
+        {"min": -0.0499999881, "max": -0.0043, "min_margin": 1.19e-8, "threshold": "[-0.05, 0.05]"}
+    )
+    assert not _touched_its_bound({"min": -0.049, "max": -0.0043, "min_margin": 1e-3, "threshold": "[-0.05, 0.05]"})
 
 
 def test_every_claim_excused_from_a_margin_is_still_made() -> None:
     made = {claim["claim"] for row in SUMMARY.values() for claim in row["claims"]}
     assert set(ON_A_BOUND_BY_NATURE) <= made, set(ON_A_BOUND_BY_NATURE) - made
+
+
+#: Conclusions whose branches the prose is written to be true for, each with where and why. A
+#: conclusion not listed here must take one branch in every run of the sweep.
+TRUE_FOR_EVERY_BRANCH: dict[tuple[str, str], str] = {}
+
+
+@pytest.mark.parametrize("chapter", SWEPT, ids=[chapter.stem for chapter in SWEPT])
+def test_no_conclusion_flips_with_the_seed(chapter: Path) -> None:
+    row = SUMMARY.get(chapter.stem, {})
+    flipped = [
+        f"{conclusion['family']!r}: "
+        + "; ".join(f"{count} runs: {claim}" for claim, count in conclusion["branches"].items())
+        for conclusion in row.get("conclusions", [])
+        if len(conclusion["branches"]) > 1 and (chapter.stem, conclusion["family"]) not in TRUE_FOR_EVERY_BRANCH
+    ]
+    assert not flipped, (
+        f"{chapter.stem}: conclusions that took different branches in different runs (a lesson that flips "
+        f"with the seed): {flipped}. Make the result robust, or write only what every run shows."
+    )
+
+
+def test_every_excused_conclusion_is_still_drawn() -> None:
+    drawn = {(stem, c["family"]) for stem, row in SUMMARY.items() for c in row.get("conclusions", [])}
+    assert set(TRUE_FOR_EVERY_BRANCH) <= drawn, set(TRUE_FOR_EVERY_BRANCH) - drawn
+
+
+def test_conclusions_are_counted_per_run_across_branches() -> None:
+    chapter = Path("book/example.md")
+
+    def outcome(seed: int, claim: str) -> robustness.Outcome:
+        record = {"claim": claim, "value": 1.0, "at_least": 0.5, "at_most": None, "margin": 0.5, "passed": True}
+        return robustness.Outcome(robustness.Setting(chapter, seed, 1, "cpu"), 1.0, [record | {"family": "verdict"}])
+
+    outcomes = [outcome(0, "beats"), outcome(1, "beats"), outcome(2, "falls behind")]
+    (conclusion,) = robustness.summarise_conclusions(outcomes)
+    assert conclusion.branches == {"beats": 2, "falls behind": 1}
+
+
+def _checks_chosen_by_a_result(chapter: Path) -> list[str]:
+    """Checks inside an ``if`` (or a conditional expression), or whose claim is not written out: a
+    sentence the result chooses, which must name its conclusion with ``family=``."""
+    found = []
+    tree = chapter_code(chapter)
+    conditional = {
+        id(node) for branch in ast.walk(tree) if isinstance(branch, (ast.If, ast.IfExp)) for node in ast.walk(branch)
+    }
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "check"
+    ]
+    for call in sorted(calls, key=lambda call: call.lineno):
+        claim = call.args[0] if call.args else None
+        written_out = isinstance(claim, (ast.Constant, ast.JoinedStr))
+        if (id(call) in conditional or not written_out) and not any(k.arg == "family" for k in call.keywords):
+            found.append(f"line {call.lineno}: {ast.unparse(call)[:90]}")
+    return found
+
+
+@pytest.mark.parametrize("chapter", SWEPT, ids=[chapter.stem for chapter in SWEPT])
+def test_a_sentence_chosen_by_the_result_names_its_conclusion(chapter: Path) -> None:
+    unnamed = _checks_chosen_by_a_result(chapter)
+    assert not unnamed, (
+        f"{chapter.stem}: checks whose claim the result chooses, without family=: {unnamed}. Give the branches of one "
+        f"conclusion the same family, so that the sweep sees when it flips."
+    )

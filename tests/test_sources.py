@@ -12,8 +12,8 @@ import fit_code
 import jupytext
 import pytest
 
+import chapters
 import export
-import invalidate_cache
 import reading_time
 import sync_twins
 from chapters import (
@@ -43,7 +43,7 @@ def test_each_module_imports_only_earlier_chapters_and_the_hand_written_modules(
         if not path.exists():
             continue  # a chapter that exports nothing
         checked += 1
-        for imported in invalidate_cache.imported_modules(path.read_text()) - hand_written:
+        for imported in chapters.imported_modules(path.read_text()) - hand_written:
             if {**order, "torch_loading": order["decoder"]}.get(imported, len(order)) >= index:
                 forward.append(f"{module} imports {imported}")
     assert checked >= 10, f"only {checked} chapter modules found: the test no longer sees the package"
@@ -69,11 +69,11 @@ def test_package_equals_a_fresh_export_of_the_chapters() -> None:
 
 
 def test_a_chapters_cache_depends_on_every_module_it_reaches() -> None:
-    reached = invalidate_cache.reached_modules((ROOT / "book" / "decoding.md").read_text())
+    reached = chapters.reached_modules((ROOT / "book" / "decoding.md").read_text())
     assert {"training", "translation", "full_model", "multi_head_attention", "helpers"} <= reached
-    assert "training" not in invalidate_cache.reached_modules((ROOT / "book" / "preface.md").read_text())
+    assert "training" not in chapters.reached_modules((ROOT / "book" / "preface.md").read_text())
     annotations_only = "if TYPE_CHECKING:\n    from transformer_book.decoding import DecoderSide\n\nfrom transformer_book.validation import integer\n"
-    assert invalidate_cache.imported_modules(annotations_only) == {"validation"}
+    assert chapters.imported_modules(annotations_only) == {"validation"}
 
 
 def test_readme_shows_the_current_reading_times() -> None:

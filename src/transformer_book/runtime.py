@@ -13,6 +13,7 @@ import numbers
 import os
 import platform
 import random
+import re
 import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -57,13 +58,15 @@ SEED_VARIABLE = "BOOK_SEED"
 
 #: When set, :func:`check` appends each claim to this file (one JSON object a line) instead of
 #: raising, so that ``make robustness`` sees every claim of a run, passed or not. Since that turns
-#: every check off, it is refused unless the file's folder holds :data:`SWEEP_MARKER`, which only
-#: the sweep (``scripts/robustness.py``) writes.
+#: every check off, it is honoured only in a kernel that ``scripts/robustness.py`` started itself:
+#: :data:`SWEEP_PARENT_VARIABLE` must name this process's parent. Set anywhere else (a shell's
+#: leftover export, a CI variable, ``make book``), :func:`check` refuses it.
 CLAIMS_LOG_VARIABLE = "BOOK_CLAIMS_LOG"
 
 
-#: The file that marks a folder as the robustness sweep's own scratch folder.
-SWEEP_MARKER = ".robustness-sweep"
+#: The sweep's process id, which the sweep gives the kernels it starts: a kernel honours the claims
+#: log only when its own parent is that process.
+SWEEP_PARENT_VARIABLE = "BOOK_SWEEP_PARENT"
 
 
 #: Where a reader reports a check that failed on their machine.
@@ -129,17 +132,28 @@ def processor_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def check(claim: str, value: float | bool, *, at_least: float | None = None, at_most: float | None = None) -> None:
+def check(
+    claim: str,
+    value: float | bool,
+    *,
+    at_least: float | None = None,
+    at_most: float | None = None,
+    family: str | None = None,
+) -> None:
     """Check a claim the text makes about a computed result; explain it to the reader if it fails.
 
     ``value`` is the measured number, held to ``at_least`` and/or ``at_most`` (both inclusive),
     or a bool that must be true. A failed claim raises :class:`ClaimFailed` with the claim, the
     value, the threshold, the run (seed, device, threads, versions) and what to do.
 
-    With ``BOOK_CLAIMS_LOG`` set (``make robustness`` sets it) the claim is appended to that
-    file instead and nothing is raised, so one run reports all of its claims. Set anywhere else
-    (a shell's leftover export, a CI variable), it would silently turn every check into a log
-    line, so it is refused: the log's folder must hold the sweep's marker file.
+    A sentence the text chooses by the result ("beats" or "falls behind") is one conclusion with
+    several branches: give each branch's check the same ``family``, naming the conclusion. The
+    sweep records which branch every run took, and ``tests/test_robustness_summary.py`` fails when
+    runs of a chapter took different branches, since a lesson that flips with the seed is not one.
+
+    With ``BOOK_CLAIMS_LOG`` set by ``make robustness`` the claim is appended to that file instead
+    and nothing is raised, so one run reports all of its claims. Set anywhere else it would
+    silently turn every check into a log line, so it is refused (see :data:`CLAIMS_LOG_VARIABLE`).
     """
     if not claim:
         raise ValueError("check needs the claim in words, for the reader who sees it fail")
@@ -150,6 +164,11 @@ def check(claim: str, value: float | bool, *, at_least: float | None = None, at_
         raise TypeError(f"check {claim!r}: give a bool, or a number with at_least and/or at_most")
     if bounded and isinstance(value, bool):
         raise TypeError(f"check {claim!r}: a bool takes no bounds")
+    for name, bound in (("at_least", at_least), ("at_most", at_most)):
+        if bound is not None and not math.isfinite(float(bound)):
+            raise ValueError(f"check {claim!r}: {name}={bound} is not a finite bound, so nothing could fail it")
+    if family is not None and not family:
+        raise ValueError(f"check {claim!r}: a family names the conclusion its branches share; give it words")
     number = float(value)
     if bounded:
         margins = [
@@ -170,6 +189,7 @@ def check(claim: str, value: float | bool, *, at_least: float | None = None, at_
             "at_most": at_most,
             "margin": margin,
             "passed": passed,
+            "family": family,
         }
         with open(log, "a", encoding="utf-8") as file:
             file.write(json.dumps(record) + "\n")
@@ -204,11 +224,11 @@ def _sweep_log() -> str | None:
     log = os.environ.get(CLAIMS_LOG_VARIABLE)
     if not log:
         return None
-    if not os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(log)), SWEEP_MARKER)):
+    if os.environ.get(SWEEP_PARENT_VARIABLE, "").strip() != str(os.getppid()):
         raise RuntimeError(
             f"{CLAIMS_LOG_VARIABLE} is set to {log!r}, which would turn every check of the book into a "
-            f"log line. Only make robustness (scripts/robustness.py) may set it; unset it "
-            f"(unset {CLAIMS_LOG_VARIABLE}) and run again."
+            f"log line. Only make robustness (scripts/robustness.py) may set it, in the kernels it starts; "
+            f"unset it (unset {CLAIMS_LOG_VARIABLE}) and run again."
         )
     return log
 
@@ -483,6 +503,11 @@ def glue(name: str, value: Any, display: bool | None = None) -> None:
     - Figures are closed afterwards so they are not drawn a second time.
     """
     value = _plain(name, value)
+    if isinstance(value, str):
+        log = _sweep_log()
+        if log:  # the sweep compares each sentence's wording, numbers aside, across its runs
+            with open(log, "a", encoding="utf-8") as file:
+                file.write(json.dumps({"glued": name, "wording": wording(value)}) + "\n")
     try:
         from myst_nb import glue as myst_glue
     except ImportError:  # Colab, or a bare Python environment
@@ -505,6 +530,16 @@ def glue(name: str, value: Any, display: bool | None = None) -> None:
 
         if isinstance(value, Figure):
             plt.close(value)
+
+
+#: A number as prose writes it: a sign, digits with thousands separators, decimals, an exponent, a percent.
+_NUMBER = re.compile(r"[-+\u2212]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?%?")
+
+
+def wording(text: str) -> str:
+    """A glued sentence with every number replaced by ``#``: two runs whose sentences differ only in
+    their numbers say the same thing; a different wording is a different conclusion."""
+    return _NUMBER.sub("#", text)
 
 
 def _plain(name: str, value: Any) -> Any:
