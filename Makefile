@@ -51,7 +51,8 @@ timing: $(VENV)/.installed
 # Re-run the stochastic chapters over 10 seeds x {1, 2, 4} threads (and CUDA when present); print
 # each claim's pass rate, values and margin (nothing asserted). One pass over the chapters takes
 # 12 to 17 minutes on 2 cores, the sweep 30 passes: on a bigger machine pass more parallel runs,
-# make robustness ROBUSTNESS_ARGS="--jobs 12", or split it (--runs-out, --from-runs).
+# make robustness ROBUSTNESS_ARGS="--jobs 12", or split it (--runs-out, --from-runs). Every run is
+# appended to robustness-runs.jsonl, and robustness.json summarises exactly those runs.
 robustness: $(VENV)/.installed
 	$(PY) scripts/robustness.py $(ROBUSTNESS_ARGS)
 

@@ -417,7 +417,12 @@ def main(arguments: list[str]) -> int:
         help="where to run (default: the CPU, and CUDA once per seed where a GPU is present)",
     )
     parser.add_argument("--no-record", action="store_true", help="print only; leave robustness.json as it is")
-    parser.add_argument("--runs-out", type=Path, help="append every run to this file as it finishes (JSON lines)")
+    parser.add_argument(
+        "--runs-out",
+        type=Path,
+        help="append every run to this file as it finishes (JSON lines; default robustness-runs.jsonl, "
+        "whose runs of the swept chapters robustness.json then summarises, unless --no-record)",
+    )
     parser.add_argument(
         "--from-runs", type=Path, nargs="+", help="summarise these saved runs (of --runs-out) instead of running"
     )
@@ -425,7 +430,15 @@ def main(arguments: list[str]) -> int:
 
     chapters = [Path(chapter).resolve() for chapter in options.chapters] or swept_chapters()
     start = time.perf_counter()
-    outcomes = load_runs(options.from_runs, chapters) if options.from_runs else run_sweep(options, chapters)
+    if options.from_runs:
+        outcomes = load_runs(options.from_runs, chapters)
+    else:
+        options.runs_out = options.runs_out or (None if options.no_record else RUNS)
+        if options.runs_out is not None:
+            drop_stale_runs(options.runs_out, chapters)
+        outcomes = run_sweep(options, chapters)
+        if options.runs_out == RUNS and not options.no_record:
+            outcomes = load_runs([RUNS], chapters)  # the record summarises every current run of these chapters
     outcomes.sort(
         key=lambda o: (chapters.index(o.setting.chapter), o.setting.seed, o.setting.device, o.setting.threads)
     )
@@ -439,6 +452,30 @@ def main(arguments: list[str]) -> int:
             f"sweep time: {elapsed / 60:.1f} min wall, {sum(o.seconds for o in outcomes) / 60:.1f} min of chapter runs"
         )
     return 0
+
+
+def drop_stale_runs(path: Path, chapters: list[Path]) -> None:
+    """Remove from a runs file the runs of these chapters that no longer count: runs of code that has
+    changed since, or without the digests that only execution writes. Running is the only way back."""
+    if not path.exists():
+        return
+    current = {chapter.stem: experiment_fingerprint(chapter) for chapter in chapters}
+    kept, dropped = [], 0
+    for line in path.read_text().splitlines():
+        saved = json.loads(line)
+        fields = {key: value for key, value in saved.items() if key != "record_digest"}
+        valid = (
+            saved.get("outputs_digest")
+            and saved.get("record_digest") == record_digest(fields)
+            and saved.get("fingerprint") == current.get(saved["chapter"])
+        )
+        if saved["chapter"] in current and not valid:
+            dropped += 1
+        else:
+            kept.append(line)
+    if dropped:
+        path.write_text("".join(line + "\n" for line in kept))
+        print(f"dropped {dropped} runs of older code (or without digests) from {path}", flush=True)
 
 
 def run_sweep(options: argparse.Namespace, chapters: list[Path]) -> list[Outcome]:

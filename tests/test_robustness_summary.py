@@ -277,3 +277,13 @@ def test_a_sentence_chosen_by_the_result_names_its_conclusion(chapter: Path) -> 
         f"{chapter.stem}: checks whose claim the result chooses, without family=: {unnamed}. Give the branches of one "
         f"conclusion the same family, so that the sweep sees when it flips."
     )
+
+
+def test_a_new_sweep_drops_the_runs_that_no_longer_count_and_keeps_the_rest(tmp_path: Path) -> None:
+    current = json.loads(_saved_run(SWEPT[0]).as_json())
+    stale = _signed(current | {"seed": 4, "fingerprint": "an older version"})
+    other_chapter = _signed(current | {"chapter": SWEPT[1].stem, "fingerprint": "not this sweep's to judge"})
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("".join(json.dumps(run) + "\n" for run in (current, stale, other_chapter)))
+    robustness.drop_stale_runs(runs, SWEPT[:1])
+    assert [json.loads(line) for line in runs.read_text().splitlines()] == [current, other_chapter]
