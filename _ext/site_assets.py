@@ -1,5 +1,6 @@
 """Fixes to the pages Sphinx writes: MathJax served offline, no script declared twice, ARIA
-that assistive technology understands, and downloaded notebooks with their outputs.
+that assistive technology understands, and downloaded notebooks with their outputs; and the
+companion package's wheel, published with the site.
 
 **MathJax offline.** Sphinx loads MathJax from a CDN by default. This extension
 copies the MathJax pinned in ``package-lock.json`` (installed by ``npm ci``, which
@@ -34,12 +35,27 @@ serves the notebook myst-nb writes, but myst-nb 1.4 writes the notebook without
 outputs when it takes them from jupyter-cache (``execute_notebooks: cache``), so
 after an incremental ``make book`` a reader downloads empty cells. The outputs are
 merged back from the same cache.
+
+**The companion package's wheel.** Every chapter's Colab bootstrap cell installs
+``<site>/_static/<wheel>`` (``colab_bootstrap()`` in ``scripts/chapters.py``), so the
+site publishes the wheel built from the same commit as its pages. It is built when the
+builder starts, so that a package that cannot be built fails the build before any chapter
+runs, with ``pip wheel --no-deps --no-build-isolation --no-index``: offline, with the
+setuptools of the environment (locked in ``requirements.lock``). It builds from a temporary
+copy of the files the wheel is made of (``pyproject.toml``, its readme and licence files,
+``src/``), never in the repository, where setuptools would leave ``build/`` behind and a
+stale ``build/lib`` could put a deleted module into the next wheel. It takes about a
+second. The wheel is copied into ``_static`` when the build ends.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -149,10 +165,67 @@ def _restore_cached_outputs(
     nbformat.write(merged, path)
 
 
+def build_wheel(destination: Path) -> Path:
+    """Build the companion package's wheel from the repository's files into ``destination`` (which
+    must hold no other wheel) and return it; raise ``ExtensionError`` when it cannot be built."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    with tempfile.TemporaryDirectory(prefix="transformer-book-wheel-") as folder:
+        source = Path(folder)
+        files = [ROOT / "pyproject.toml", ROOT / project["readme"]]
+        files += [path for pattern in project.get("license-files", []) for path in sorted(ROOT.glob(pattern))]
+        for path in files:
+            shutil.copy2(path, source / path.relative_to(ROOT))
+        shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        command = [
+            sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+            "--disable-pip-version-check", "--quiet", "--wheel-dir", str(destination), str(source),
+        ]  # fmt: skip
+        result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ExtensionError(
+            f"could not build the companion package's wheel, which the Colab notebooks install from the site "
+            f"({' '.join(command[2:])} exited with {result.returncode}):\n{result.stdout}{result.stderr}"
+        )
+    wheels = sorted(destination.glob("*.whl"))
+    if len(wheels) != 1:
+        raise ExtensionError(f"expected one wheel in {destination}, found {[wheel.name for wheel in wheels]}")
+    return wheels[0]
+
+
+#: The wheel built when the builder started, waiting to be copied into the site when the build ends.
+_built_wheel: list[Path] = []
+
+
+def _build_wheel(app: Sphinx) -> None:
+    if app.builder.format != "html":
+        return
+    wheel = build_wheel(Path(tempfile.mkdtemp(prefix="transformer-book-dist-")))
+    _built_wheel[:] = [wheel]
+    logger.info("built the companion package's wheel %s", wheel.name)
+
+
+def _publish_wheel(app: Sphinx, exception: Exception | None) -> None:
+    """Copy the wheel into ``_static``, replacing any wheel of the package an earlier build left there."""
+    if exception is not None or app.builder.format != "html":
+        return
+    if not _built_wheel:
+        raise ExtensionError("the companion package's wheel was not built when the builder started")
+    wheel = _built_wheel.pop()
+    static = Path(app.outdir) / "_static"
+    static.mkdir(parents=True, exist_ok=True)
+    for old in static.glob(f"{wheel.name.split('-')[0]}-*.whl"):
+        old.unlink()
+    shutil.copy2(wheel, static / wheel.name)
+    shutil.rmtree(wheel.parent, ignore_errors=True)
+    logger.info("published the companion package's wheel as _static/%s", wheel.name)
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("builder-inited", _check_mathjax_installed)
+    app.connect("builder-inited", _build_wheel)
     app.connect("html-page-context", _drop_duplicate_scripts, priority=900)
     app.connect("html-page-context", _repair_aria)
     app.connect("html-page-context", _restore_cached_outputs, priority=600)
     app.connect("build-finished", _copy_mathjax)
+    app.connect("build-finished", _publish_wheel)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

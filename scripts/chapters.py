@@ -12,13 +12,13 @@ import os
 import re
 import tempfile
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jupytext
 import nbformat
-import tomllib
 import yaml
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError

@@ -1,16 +1,22 @@
-"""The Colab notebooks install a release of the package (a git tag v<version>), so a release must
-match what the tests checked: one version everywhere, and no change to the package after its tag."""
+"""The Colab notebooks install the companion package's wheel that the website publishes, built from the
+same commit as the pages (``_ext/site_assets.py``): every chapter's bootstrap cell names exactly the
+address where the site build puts that wheel, and the version is one everywhere."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
+import sys
+from pathlib import Path
 
+import jupytext
+import nbformat
 import pytest
 
 import transformer_book
-from chapters import ROOT, package_version
+from chapters import ROOT, book_chapters, package_version, site_url, wheel_name, wheel_url
+
+sys.path.insert(0, str(ROOT / "_ext"))
+import site_assets  # noqa: E402  (a local Sphinx extension, not a package)
 
 
 def test_one_version_everywhere() -> None:
@@ -21,41 +27,24 @@ def test_one_version_everywhere() -> None:
     )
 
 
-def test_package_is_unchanged_since_its_release_tag() -> None:
-    """Once v<version> is tagged, notebooks install exactly that; a later change to src/ needs a new version."""
-    tag = f"v{package_version()}"
-    try:
-        tagged = (
-            subprocess.run(
-                ["git", "rev-parse", "-q", "--verify", f"refs/tags/{tag}"], cwd=ROOT, capture_output=True, text=True
-            ).returncode
-            == 0
-        )
-    except FileNotFoundError:
-        pytest.skip("git is not installed")
-    if not tagged:
-        shallow = subprocess.run(
-            ["git", "rev-parse", "--is-shallow-repository"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip()
-        # A shallow checkout (actions/checkout's default) has no tags, so it cannot tell a new version
-        # from a released one; this test once returned early there and could never fail in CI. The
-        # book's workflow fetches the tags, so there a shallow checkout is an error; elsewhere the
-        # test says that it could not check.
-        if shallow == "true":
-            reason = (
-                f"this is a shallow clone without tags, so it cannot tell whether {tag} was released and "
-                f"src/ has changed since: fetch the history and tags (git fetch --tags --unshallow, or "
-                f"fetch-depth: 0 in actions/checkout)"
-            )
-            if os.environ.get("GITHUB_ACTIONS") == "true":
-                pytest.fail(reason)
-            pytest.skip(reason)
-        return  # a full clone without the tag: a new version, tagged by release.yml once CI passes on main
-    changed = subprocess.run(
-        ["git", "diff", "--name-only", tag, "--", "src/"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.split()
-    assert not changed, (
-        f"{', '.join(changed)} changed since release {tag}, which the Colab notebooks install: "
-        f"bump the version in pyproject.toml, src/transformer_book/__init__.py and package.json, "
-        f"then make sync (CONTRIBUTING.md, 'Releases')"
-    )
+def test_the_site_build_makes_the_wheel_the_notebooks_install(tmp_path: Path) -> None:
+    """The wheel the site build publishes has the name the bootstrap cells ask for, on the site's address."""
+    wheel = site_assets.build_wheel(tmp_path)
+    assert wheel.name == wheel_name(), f"the site build makes {wheel.name}, the notebooks install {wheel_name()}"
+    assert wheel_url() == f"{site_url()}/_static/{wheel.name}"
+    assert site_url() == "https://transformer-book.github.io/transformer-book", site_url()
+
+
+def bootstrap_source(cells: list[nbformat.NotebookNode]) -> str:
+    return str(next(cell.source for cell in cells if cell.cell_type == "code"))
+
+
+@pytest.mark.parametrize("chapter", book_chapters(), ids=lambda chapter: chapter.stem)
+def test_bootstrap_installs_the_published_wheel(chapter: Path) -> None:
+    """In the chapter and in its Colab twin, the first cell installs that wheel, by its exact address."""
+    twin = chapter.with_suffix(".ipynb")
+    for path, notebook in [(chapter, jupytext.read(chapter)), (twin, nbformat.read(twin, as_version=4))]:
+        source = bootstrap_source(notebook.cells)
+        addresses = [token.strip("\"',[]") for token in source.split() if "://" in token]
+        assert addresses == [wheel_url()], f"{path.name}: the bootstrap installs {addresses}, not [{wheel_url()}]"
+        assert '"--no-deps"' in source, f"{path.name}: the bootstrap would let pip replace Colab's torch"

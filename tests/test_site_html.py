@@ -300,3 +300,36 @@ def test_chapter_page_shows_its_quiz(book_build: BookBuild, page: Page) -> None:
             assert tags(question, "label", attrs={"for": attribute(field, "id")}), f"{page.path}: an unlabelled input"
     scripts = tags(quizzes[0], "script")
     assert len(scripts) == 1 and not attribute(scripts[0], "src"), f"{page.path}: the quiz's script is not inline"
+
+
+def test_site_publishes_this_commits_wheel(book_build: BookBuild) -> None:
+    """The Colab bootstrap installs ``_static/<wheel>`` from the site (``_ext/site_assets.py`` builds it):
+    it is a valid wheel holding every file of src/transformer_book byte for byte, and nothing else
+    besides its dist-info, so the notebooks install the package of the commit the site was built from."""
+    import zipfile
+
+    from chapters import ROOT, wheel_name
+
+    wheel = book_build.html / "_static" / wheel_name()
+    assert wheel.is_file(), f"the site has no _static/{wheel_name()}, which every Colab bootstrap installs"
+    assert zipfile.is_zipfile(wheel), f"{wheel.name} is not a zip archive"
+    with zipfile.ZipFile(wheel) as archive:
+        assert archive.testzip() is None, f"{wheel.name} is corrupt"
+        names = [name for name in archive.namelist() if not name.endswith("/")]
+        info = [name for name in names if name.split("/")[0].endswith(".dist-info")]
+        assert {name.rsplit("/", 1)[-1] for name in info} >= {"METADATA", "WHEEL", "RECORD"}, info
+        wheel_meta = archive.read(next(name for name in info if name.endswith("/WHEEL"))).decode()
+        assert "Root-Is-Purelib: true" in wheel_meta and "Tag: py3-none-any" in wheel_meta, wheel_meta
+        package = ROOT / "src"
+        expected = {
+            path.relative_to(package).as_posix(): path.read_bytes()
+            for path in sorted((package / "transformer_book").rglob("*"))
+            if path.is_file() and "__pycache__" not in path.parts
+        }
+        files = {name: archive.read(name) for name in names if name not in info}
+    assert files.keys() == expected.keys(), (
+        f"the published wheel's files differ from src/: missing {sorted(expected.keys() - files.keys())}, "
+        f"extra {sorted(files.keys() - expected.keys())}"
+    )
+    changed = sorted(name for name in expected if files[name] != expected[name])
+    assert not changed, f"the published wheel is not this commit's package: {changed} differ from src/"

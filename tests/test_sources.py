@@ -234,7 +234,8 @@ def test_claims_are_unique_within_a_chapter(chapter: Path) -> None:
     assert not duplicates, f"{chapter.name}: claims checked twice: {duplicates}"
 
 
-#: A setting that a trained experiment depends on: never chosen by device (DESIGN.md §7).
+#: A setting that a trained experiment depends on: never chosen by device (CONTRIBUTING.md, "Claims that hold
+#: on every machine", "One experiment on every device").
 TRAINING_SETTING = re.compile(r"step|batch|epoch|lr|learning|rate|layer|d_model|d_ff|head|dropout|warm|train", re.I)
 
 

@@ -1,5 +1,5 @@
-"""The package a reader installs (Colab's bootstrap installs it from git) is complete: built as a
-wheel and imported from it alone, every module of src/ is there and imports."""
+"""The package a reader installs (Colab's bootstrap installs the wheel the website publishes) is
+complete: built as a wheel and imported from it alone, every module of src/ is there and imports."""
 
 from __future__ import annotations
 
