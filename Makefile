@@ -19,7 +19,7 @@ SYNC_FLAGS := $(if $(CI),--check,)
 book: $(VENV)/.installed _build/.sync-stamp
 	$(PY) scripts/invalidate_cache.py
 	$(PY) scripts/build_book.py . --builder html -W -n --keep-going || \
-	  { rm -f _build/.doctrees/environment.pickle; echo "The build failed: see the warnings above."; exit 1; }
+	  { rm -f _build/.doctrees/environment.pickle; echo "The build failed: see the end of its log above, and the whole of it in _build/build.log."; exit 1; }
 	@echo "The book is in _build/html/index.html"
 
 test: $(VENV)/.installed _build/.sync-stamp

@@ -14,6 +14,12 @@ Every thread count the build can choose is one the robustness sweep runs, so the
 are the swept ones. Sphinx reads the chapters in parallel (``sphinx-build -j``, which the
 jupyter-book CLI does not expose); each chapter is its own batch, the longest first (by the sweep's
 recorded times), so no core waits at the end while one long chapter runs alone.
+
+Everything the build prints (Sphinx, jupyter-book, the kernels' own logs, the forked readers) goes to
+the terminal and to ``<output>/_build/build.log``; when the build fails, the log's last lines and its
+path are printed at the end, so the reason is never lost among the warnings. The build itself runs in a
+child process whose standard output and error are one pipe: the kernels and Sphinx's forked readers
+write to the file descriptors they inherit, which only a pipe at the process level can collect.
 """
 
 from __future__ import annotations
@@ -22,16 +28,21 @@ import functools
 import json
 import os
 import statistics
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import sphinx.builders
 
 from chapters import ROOT
 
 RUNS = ROOT / "robustness-runs.jsonl"
+#: Set in the child process that runs the build itself (see ``main``).
+CHILD_VARIABLE = "BOOK_BUILD_LOGGED"
+#: How many of the log's last lines a failed build prints.
+TAIL_LINES = 80
 
 
 def usable_cores() -> int:
@@ -73,14 +84,62 @@ def one_page_per_batch(arguments: Sequence[str], nproc: int, maxbatch: int = 10)
     return [[docname] for docname in sorted(arguments, key=expected_cost, reverse=True)]
 
 
-def execution_cache(arguments: Sequence[str]) -> Path:
-    """Where myst-nb keeps executed notebooks for this build: ``<output>/_build/.jupyter_cache``, the
-    output being ``--path-output`` or else the book's folder (the first argument)."""
+def build_folder(arguments: Sequence[str]) -> Path:
+    """The build's ``_build`` folder: ``<output>/_build``, the output being ``--path-output`` or else
+    the book's folder (the first argument), as jupyter-book decides."""
     output = arguments[0] if arguments else "."
     for flag, value in zip(arguments, arguments[1:]):
         if flag == "--path-output":
             output = value
-    return Path(output).resolve() / "_build" / ".jupyter_cache"
+    return Path(output).resolve() / "_build"
+
+
+def execution_cache(arguments: Sequence[str]) -> Path:
+    """Where myst-nb keeps executed notebooks for this build: ``<output>/_build/.jupyter_cache``."""
+    return build_folder(arguments) / ".jupyter_cache"
+
+
+def build_log(arguments: Sequence[str]) -> Path:
+    """Where the whole output of this build is kept: ``<output>/_build/build.log``."""
+    return build_folder(arguments) / "build.log"
+
+
+def tail(path: Path, lines: int = TAIL_LINES) -> list[str]:
+    """The last ``lines`` lines of a log file (all of them if it is shorter; none if it is missing)."""
+    if not path.is_file():
+        return []
+    return path.read_text(errors="replace").splitlines()[-lines:]
+
+
+def failure_report(path: Path, returncode: int, lines: int = TAIL_LINES) -> str:
+    """What a failed build prints last: the log's tail, then its path."""
+    last = tail(path, lines)
+    rule = "-" * 30
+    return "\n".join(
+        [
+            f"{rule} the last {len(last)} lines of {path} {rule}",
+            *last,
+            rule * 2,
+            f"The book build failed (exit status {returncode}). Its whole log, kernels' output included: {path}",
+        ]
+    )
+
+
+def run_logged(command: Sequence[str], log: Path, echo: BinaryIO, env: dict[str, str] | None = None) -> int:
+    """Run ``command`` with its standard output and error joined, copy every line to ``echo`` and
+    to ``log`` as it comes (so a killed build keeps what it printed), and return its exit status."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with (
+        log.open("wb") as kept,
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env) as process,
+    ):
+        assert process.stdout is not None
+        for line in iter(process.stdout.readline, b""):
+            echo.write(line)
+            echo.flush()
+            kept.write(line)
+            kept.flush()
+        return process.wait()
 
 
 def create_execution_cache(path: Path) -> None:
@@ -94,6 +153,24 @@ def create_execution_cache(path: Path) -> None:
 
 
 def main(arguments: list[str]) -> int:
+    """Run the build in a child process, teeing all it prints to ``<output>/_build/build.log``; on
+    failure, print the log's last lines and its path."""
+    if os.environ.get(CHILD_VARIABLE):
+        return build(arguments)
+    log = build_log(arguments)
+    command = [sys.executable, str(Path(__file__).resolve()), *arguments]
+    returncode = run_logged(
+        command, log, sys.stdout.buffer, env={**os.environ, CHILD_VARIABLE: "1", "PYTHONUNBUFFERED": "1"}
+    )
+    if returncode != 0:
+        print(failure_report(log, returncode), flush=True)
+    else:
+        print(f"The build's whole log: {log}", flush=True)
+    return returncode
+
+
+def build(arguments: list[str]) -> int:
+    """The build itself: jupyter-book, with several chapters read (and executed) at once."""
     # Imported here, not at the top, so that the tests of the functions above load no jupyter-book.
     import jupyter_book.sphinx
     from jupyter_book.cli.main import main as jupyter_book_main

@@ -33,6 +33,16 @@ class BookBuild:
     html: Path  # the folder holding index.html
 
     @property
+    def log_path(self) -> Path:
+        """The build's whole output, kernels' logs included, as scripts/build_book.py keeps it."""
+        return self.html.parent / "build.log"
+
+    def log_tail(self, lines: int = 80) -> str:
+        """The last lines of the build's output and where the whole of it is: what a failure shows."""
+        last = self.log.splitlines()[-lines:]
+        return f"the last {len(last)} lines of the build's log ({self.log_path}):\n" + "\n".join(last)
+
+    @property
     def warnings(self) -> list[str]:
         """Each warning or error of the build, with the lines that follow it up to the next one
         (a failed chapter's warning carries its traceback there)."""
@@ -97,7 +107,11 @@ def book_build(tmp_path_factory: pytest.TempPathFactory) -> BookBuild:
         "--keep-going",
     ]
     result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
-    return BookBuild(result.returncode, result.stdout + result.stderr, output / "_build" / "html")
+    # The build's log holds all it printed (kernels included), without the tail build_book.py repeats
+    # on failure; the captured output stands in only if the script died before writing it.
+    log = output / "_build" / "build.log"
+    text = log.read_text(errors="replace") if log.is_file() else result.stdout + result.stderr
+    return BookBuild(result.returncode, text, output / "_build" / "html")
 
 
 @pytest.fixture(autouse=True)

@@ -19,9 +19,12 @@ def test_book_builds_without_warnings(book_build) -> None:
     others = [warning for warning in book_build.warnings if warning not in chapters]
     if book_build.failed_chapters:  # a timed-out chapter's kernel is killed, and logs its death: part of that failure
         others = [warning for warning in others if not warning.startswith("[IPKernelApp] ERROR")]
-    assert not others, "the book build warned outside its chapters:\n" + "\n".join(others)
-    assert book_build.returncode == 0 or chapters, "the book build failed without a warning:\n" + "\n".join(
-        book_build.log.splitlines()[-40:]
+    # First the build's own failure, with the end of its log (Sphinx's reason is there), then the warnings.
+    assert book_build.returncode == 0 or chapters, "the book build failed without a chapter's warning;\n" + (
+        book_build.log_tail()
+    )
+    assert not others, (
+        "the book build warned outside its chapters:\n" + "\n".join(others) + "\n\n" + book_build.log_tail()
     )
 
 
@@ -42,7 +45,11 @@ def test_chapter_builds_cleanly(book_build, page: Path) -> None:
 @pytest.mark.parametrize("page", toc_files(), ids=lambda page: page.stem)
 def test_every_toc_page_is_built(book_build, page: Path) -> None:
     html = book_build.html / page.relative_to(ROOT).with_suffix(".html")
-    assert html.is_file(), f"{page.name} is in _toc.yml but {html.name} was not built"
+    assert html.is_file(), f"{page.name} is in _toc.yml but {html.name} was not built" + (
+        f" (the build failed: see test_book_builds_without_warnings, or its log {book_build.log_path})"
+        if book_build.returncode
+        else ""
+    )
 
 
 @pytest.mark.parametrize("chapter", [page for page in toc_files() if is_notebook(page)], ids=lambda page: page.stem)
