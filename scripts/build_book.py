@@ -80,8 +80,13 @@ def expected_cost(docname: str) -> float:
 
 
 def one_page_per_batch(arguments: Sequence[str], nproc: int, maxbatch: int = 10) -> list[Any]:
-    """Sphinx's make_chunks, with one page per batch, the costliest first."""
-    return [[docname] for docname in sorted(arguments, key=expected_cost, reverse=True)]
+    """Sphinx's make_chunks, with one page per batch, so that the costliest are read first.
+
+    Sphinx's ParallelTasks (7.x) starts the first ``nproc`` batches as they are added, and the others
+    last in, first out (``dict.popitem``) as workers free up: so the first ``nproc`` batches are the
+    costliest, and the rest follow cheapest first, which Sphinx then starts costliest first."""
+    ordered = [[docname] for docname in sorted(arguments, key=expected_cost, reverse=True)]
+    return ordered[:nproc] + ordered[nproc:][::-1]
 
 
 def build_folder(arguments: Sequence[str]) -> Path:

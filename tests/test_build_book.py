@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import build_book
@@ -36,10 +38,41 @@ def test_every_page_is_read_once_and_the_longest_first() -> None:
     batches = build_book.one_page_per_batch(pages, 2)
     assert sorted(page for batch in batches for page in batch) == sorted(pages)
     assert all(len(batch) == 1 for batch in batches)
-    order = [batch[0] for batch in batches]
+    order = read_order(batches, 2)
     recorded = build_book.swept_seconds()
     assert recorded["decoder-only"] > recorded["batching"], "the sweep's records no longer say what this test assumes"
     assert order.index("book/decoder-only") < order.index("book/batching") < order.index("book/preface")
+
+
+def read_order(batches: list[list[str]], nproc: int) -> list[str]:
+    """The order in which Sphinx's own ParallelTasks starts reading the batches (each a short sleep)."""
+    from sphinx.util.parallel import ParallelTasks
+
+    with tempfile.TemporaryDirectory() as folder:
+        started = Path(folder) / "started"
+        started.touch()
+
+        def read(batch: list[str]) -> None:
+            with started.open("a") as record:
+                record.write(batch[0] + "\n")
+            time.sleep(0.2)
+
+        tasks = ParallelTasks(nproc)
+        for batch in batches:
+            tasks.add_task(read, batch)
+        tasks.join()
+        return started.read_text().split()
+
+
+def test_sphinx_starts_the_costliest_pages_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sphinx starts all but the first batches last in, first out: the build must still read the
+    costliest pages first, and not leave the third and fourth longest to the end (as it did)."""
+    costs = {"a": 90.0, "b": 89.0, "c": 86.0, "d": 78.0, "e": 29.0, "f": 5.0}
+    monkeypatch.setattr(build_book, "swept_seconds", lambda: costs)
+    pages = [f"book/{name}" for name in sorted(costs, reverse=True)] + ["book/preface"]
+    order = read_order(build_book.one_page_per_batch(pages, 2), 2)
+    assert order[:2] == ["book/a", "book/b"] or order[:2] == ["book/b", "book/a"]
+    assert order[2:] == ["book/c", "book/d", "book/e", "book/f", "book/preface"]
 
 
 def test_the_execution_cache_is_where_myst_nb_looks(tmp_path: Path) -> None:
