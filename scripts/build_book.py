@@ -157,9 +157,24 @@ def create_execution_cache(path: Path) -> None:
     create_db(path).dispose()
 
 
+#: Set by the robustness sweep alone; in a build it would turn every check into a log line.
+CLAIMS_LOG_VARIABLE = "BOOK_CLAIMS_LOG"
+
+
+def claims_log_refusal() -> str:
+    return (
+        f"{CLAIMS_LOG_VARIABLE} is set: it would turn every claim the book checks into a log line, and the "
+        f"build would publish claims nobody checked. Only make robustness (scripts/robustness.py) sets it; "
+        f"unset {CLAIMS_LOG_VARIABLE} and build again."
+    )
+
+
 def main(arguments: list[str]) -> int:
     """Run the build in a child process, teeing all it prints to ``<output>/_build/build.log``; on
     failure, print the log's last lines and its path."""
+    if os.environ.get(CLAIMS_LOG_VARIABLE):
+        print(claims_log_refusal(), file=sys.stderr, flush=True)
+        return 2
     if os.environ.get(CHILD_VARIABLE):
         return build(arguments)
     log = build_log(arguments)

@@ -244,3 +244,12 @@ def test_the_test_builds_failure_shows_its_logs_tail_and_path(tmp_path: Path) ->
         "Sphinx parallel build error:",
         "RuntimeError: the reason",
     ]
+
+
+def test_a_build_with_the_sweeps_claims_log_set_is_refused(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from transformer_book.runtime import CLAIMS_LOG_VARIABLE
+
+    assert build_book.CLAIMS_LOG_VARIABLE == CLAIMS_LOG_VARIABLE
+    monkeypatch.setenv(CLAIMS_LOG_VARIABLE, "1")
+    assert build_book.main([".", "--builder", "html"]) == 2
+    assert "BOOK_CLAIMS_LOG is set" in capsys.readouterr().err
