@@ -9,6 +9,7 @@ import ast
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,7 +78,7 @@ def test_a_run_that_raised_before_a_claim_counts_against_it_and_a_loop_holds_onl
     assert held == {"early": (3, 3), "in a loop": (1, 3)}
 
 
-def _signed(run: dict) -> dict:
+def _signed(run: dict[str, Any]) -> dict[str, Any]:
     fields = {key: value for key, value in run.items() if key != "record_digest"}
     return fields | {"record_digest": robustness.record_digest(fields)}
 
