@@ -94,3 +94,75 @@ def test_the_ring_all_reduce_sends_two_times_w_minus_one_over_w_of_the_tensor() 
     assert ledger["data parallel"] == 4000
     assert ledger["ZeRO-3 (weights gathered twice)"] == 6000
     assert ledger["tensor parallel"] == 2 * 3 * 10 * 4 * 4
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """Every tensor in value, however nested in dicts, lists and tuples."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [tensor for item in value.values() for tensor in _tensors(item)]
+    if isinstance(value, (list, tuple)):
+        return [tensor for item in value for tensor in _tensors(item)]
+    return []
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+@pytest.mark.parametrize(
+    "worker", [parallel.data_parallel_step, parallel.sharded_optimizer_step, parallel.tensor_parallel_feed_forward]
+)
+def test_every_worker_computes_and_communicates_on_its_ranks_device(
+    worker: parallel.Worker, rank: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What NCCL needs, checked on the CPU: each rank's model, batch and every tensor it hands to a
+    collective on the rank's device. The meta device stands in for cuda:rank, and the fake process
+    group for NCCL, in this process; a tensor left on the CPU is caught at the collective it reaches,
+    or in what the worker returns."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    device = torch.device("meta")
+    monkeypatch.setattr(parallel, "rank_device", lambda rank: device)
+    # DDP compares the ranks' parameter shapes with .item(), which a meta tensor does not have.
+    monkeypatch.setattr(torch.nn.parallel.distributed, "_verify_param_shape_across_processes", lambda *args: None)
+    collected: list[tuple[str, torch.device]] = []
+
+    def recording(name: str, collective: Any) -> Any:
+        def wrapped(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            collected.append((name, tensor.device))
+            return collective(tensor, *args, **kwargs)
+
+        return wrapped
+
+    monkeypatch.setattr(dist, "all_reduce", recording("all_reduce", dist.all_reduce))
+    monkeypatch.setattr(dist, "broadcast", recording("broadcast", dist.broadcast))
+
+    def bucket_all_reduce(process_group: Any, bucket: Any) -> torch.futures.Future[torch.Tensor]:
+        # the fake group's futures carry no value, which DDP refuses: hand back the bucket as it is
+        collected.append(("DDP's bucket all-reduce", bucket.buffer().device))
+        future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        future.set_result(bucket.buffer())
+        return future
+
+    monkeypatch.setattr(default_hooks, "allreduce_hook", bucket_all_reduce)
+    # DDP's own all-reduce (no hook) runs in C++ and would meet the same valueless future: every
+    # replica gets a hook at once, the bucket all-reduce above or the one its worker registers.
+    replicate = parallel._replicate
+
+    def replicate_with_hook(model: nn.Module, where: torch.device) -> Any:
+        replica = replicate(model, where)
+        slot: dict[str, Any] = {"hook": bucket_all_reduce, "state": None}
+        replica.register_comm_hook(slot, lambda slot, bucket: slot["hook"](slot["state"], bucket))
+        replica.register_comm_hook = lambda state, hook: slot.update(hook=hook, state=state)  # type: ignore[method-assign]
+        return replica
+
+    monkeypatch.setattr(parallel, "_replicate", replicate_with_hook)
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=2)
+    try:
+        result = worker(rank, 2, SETUP)
+    finally:
+        dist.destroy_process_group()
+    assert collected, "the worker reached no collective"
+    assert [(name, where) for name, where in collected if where != device] == []
+    returned = [tensor for tensor in _tensors(result) if tensor.dim() > 0]
+    assert returned and all(tensor.device == device for tensor in returned), {t.device for t in returned}
