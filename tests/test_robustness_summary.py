@@ -213,9 +213,62 @@ def test_every_claim_excused_from_a_margin_is_still_made() -> None:
     assert set(ON_A_BOUND_BY_NATURE) <= made, set(ON_A_BOUND_BY_NATURE) - made
 
 
-#: Conclusions whose branches the prose is written to be true for, each with where and why. A
-#: conclusion not listed here must take one branch in every run of the sweep.
-TRUE_FOR_EVERY_BRANCH: dict[tuple[str, str], str] = {}
+#: Glued sentences whose wording the result chooses and whose every wording the prose is written to
+#: be true for, each with where and why: a description of this run ("in this run ..."), a piece of
+#: data (a sample, a ranking), never a conclusion the chapter draws. A conclusion not listed here must
+#: take one branch in every run of the sweep.
+TRUE_FOR_EVERY_BRANCH: dict[tuple[str, str], str] = {
+    ("multi-head-attention", "glued: mha_stuck_sentence"): (
+        "'In this run none (or k) of the restarts got stuck': a count of this run's restarts; the lesson, "
+        "that the lowest training loss of several restarts is kept, holds either way"
+    ),
+    ("multi-head-attention", "glued: mha_one_head_sentence"): (
+        "which relation the single head solves is a coin the seed tosses; the text goes on 'Either way it "
+        "gets about one digit in two right', which is checked"
+    ),
+    ("training", "glued: tr_interrupted_copies"): (
+        "how many test sequences a model interrupted after a few steps copies (none, or a few); the point "
+        "made is that it decodes at all"
+    ),
+    ("training", "glued: tr_checkpoints_singly"): (
+        "whether every single checkpoint is already perfect varies; what is checked and concluded is the "
+        "averaged model's exact match"
+    ),
+    ("training", "glued: tr_checkpoints_verdict"): (
+        "follows tr_checkpoints_singly: both wordings say the average does not depend on where training stopped"
+    ),
+    ("training", "glued: tr_spikes"): (
+        "whether this run's loss jumps above the floor after step 300, and how often: a description of the "
+        "curve beside it; the text then measures the restless gradient norm, which every run shows"
+    ),
+    ("translation", "glued: tl_worst_sentence"): (
+        "which date style an early checkpoint gets wrong most often, as data introducing the table of its failures"
+    ),
+    ("vision-transformer", "glued: vit_best_baseline"): (
+        "names the baseline that scores highest in this run (the SVM or the CNN, a few images apart); the text "
+        "says another seed moves every network by a few images"
+    ),
+    ("translation", "glued: tl_year_sentence"): (
+        "which source digit the best head reads each year digit from varies; every wording says the head "
+        "copies the year, as the figure beside it shows"
+    ),
+    ("decoding", "glued: dc_example_text"): "a date of the test set, chosen by the trained model: data, not a claim",
+    ("text-to-text", "glued: t5_lowest_clause"): (
+        "'every held-out date exactly right' or 'at least x% of them': both state the lowest task's score"
+    ),
+    ("relative-positions", "glued: rope_ranking"): (
+        "the full ranking at the longest length, as data: learned and sinusoidal positions, both near chance "
+        "there (checked), swap places; the conclusion drawn, RoPE first, is checked"
+    ),
+    ("vision-transformer", "glued: vit_best_sentence"): (
+        "which model is best at each size, as data: the paragraph goes on 'one run per model and size is one "
+        "draw', and the conclusions drawn (the CNN ahead on few images, its lead shrinking) are checked"
+    ),
+    ("fine-tuning", "glued: ft_pretraining_verdict"): (
+        "names the best of the four ways, which varies; the conclusion, within a dozen points of the model "
+        "from scratch, is checked and does not"
+    ),
+}
 
 
 @pytest.mark.parametrize("chapter", SWEPT, ids=[chapter.stem for chapter in SWEPT])
