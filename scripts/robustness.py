@@ -304,9 +304,9 @@ class ConclusionSummary:
 
 def summarise_conclusions(outcomes: list[Outcome]) -> list[ConclusionSummary]:
     """Per chapter and conclusion, the branch each run took, counted. A conclusion is a family of
-    checks (``check(..., family=...)``), whose branches are their claims, or a glued sentence
-    (``glued: <name>``), whose branches are its wordings, numbers aside. A run that checked two
-    branches of one family (both in a loop, say) counts for both."""
+    checks (``check(..., family=...)``), whose branch in a run is the set of its claims that run
+    checked (claims joined by " + " when a branch checks several), or a glued sentence
+    (``glued: <name>``), whose branches are its wordings, numbers aside."""
     taken: dict[tuple[str, str], dict[str, int]] = {}
     for outcome in outcomes:
         chapter = outcome.setting.chapter.stem
@@ -318,8 +318,8 @@ def summarise_conclusions(outcomes: list[Outcome]) -> list[ConclusionSummary]:
             per_family[f"glued: {name}"].add(wording)
         for family, claims in per_family.items():
             branches = taken.setdefault((chapter, family), {})
-            for claim in claims:
-                branches[claim] = branches.get(claim, 0) + 1
+            branch = " + ".join(sorted(claims))
+            branches[branch] = branches.get(branch, 0) + 1
     return [ConclusionSummary(chapter, family, branches) for (chapter, family), branches in taken.items()]
 
 
