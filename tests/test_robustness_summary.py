@@ -259,6 +259,10 @@ TRUE_FOR_EVERY_BRANCH: dict[tuple[str, str], str] = {
         "the first overflowing scale is written as a power of two with a superscript exponent (2^19 or 2^20), "
         "a number the wording's digit filter does not read as one"
     ),
+    ("mixture-of-experts", "glued: moe_balance_agreement"): (
+        "'agrees exactly' or 'agrees to 1e-07': the same agreement, exact or within float32 rounding of the sum "
+        "taken in another order; the bound is checked"
+    ),
     ("translation", "glued: tl_year_sentence"): (
         "which source digit the best head reads each year digit from varies; every wording says the head "
         "copies the year, as the figure beside it shows"
