@@ -173,6 +173,8 @@ def _touched_its_bound(claim: dict[str, object]) -> bool:
     it held, but without margin, so another seed or machine can cross it. (An exact fact, such as
     a count of mismatches that must be 0, measures the same value in every run and sits on its
     bound by design.)"""
+    if claim["min_margin"] is None:  # a true-or-false claim has no margin: it held, or it failed
+        return False
     low, high, margin = float(claim["min"]), float(claim["max"]), float(claim["min_margin"])  # type: ignore[arg-type]
     bounds = [
         float(number)
@@ -198,6 +200,7 @@ def test_a_count_that_reached_its_bound_is_flagged_and_an_exact_fact_is_not() ->
     assert _touched_its_bound({"min": 2.0, "max": 8.0, "min_margin": 0.0, "threshold": "<= 8"})
     assert not _touched_its_bound({"min": 0.0, "max": 0.0, "min_margin": 0.0, "threshold": "<= 0"})
     assert not _touched_its_bound({"min": 2.0, "max": 6.0, "min_margin": 4.0, "threshold": "<= 10"})
+    assert not _touched_its_bound({"min": 0.0, "max": 1.0, "min_margin": None, "threshold": "true"})
 
 
 def test_a_margin_within_rounding_of_its_bound_counts_as_touching_it() -> None:
