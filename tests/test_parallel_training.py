@@ -107,6 +107,9 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
+# The fake process group and ZeroRedundancyOptimizer, imported in this process, script a few functions
+# with torch.jit, which PyTorch 2.13 deprecates; the workers themselves use neither.
+@pytest.mark.filterwarnings("ignore:`torch.jit.(script|interface)` is deprecated:DeprecationWarning")
 @pytest.mark.parametrize("rank", [0, 1])
 @pytest.mark.parametrize(
     "worker", [parallel.data_parallel_step, parallel.sharded_optimizer_step, parallel.tensor_parallel_feed_forward]
