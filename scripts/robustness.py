@@ -129,14 +129,10 @@ def load_runs(paths: list[Path], chapters: list[Path]) -> list[Outcome]:
             chapter = by_stem.get(saved["chapter"])
             if chapter is None:
                 continue
-            where = f"{path}:{number}: the run of {chapter.name} (seed {saved['seed']}, {saved['threads']} threads)"
-            if not saved.get("outputs_digest"):
-                raise SystemExit(f"{where} carries no digest of its executed outputs: only execution writes a run")
-            fields = {key: value for key, value in saved.items() if key != "record_digest"}
-            if saved.get("record_digest") != record_digest(fields):
-                raise SystemExit(f"{where} was edited after it ran (its record digest does not match): run it again")
-            if saved["fingerprint"] != experiment_fingerprint(chapter):
-                raise SystemExit(f"{where} predates the chapter's current code: run it again")
+            reason = refusal(saved, experiment_fingerprint(chapter))
+            if reason:
+                where = f"{path}:{number}: the run of {chapter.name} (seed {saved['seed']}, {saved['threads']} threads)"
+                raise SystemExit(f"{where} {reason}")
             setting = Setting(chapter, saved["seed"], saved["threads"], saved["device"])
             outcomes.append(
                 Outcome(
@@ -151,6 +147,19 @@ def load_runs(paths: list[Path], chapters: list[Path]) -> list[Outcome]:
                 )
             )
     return outcomes
+
+
+def refusal(saved: dict[str, Any], fingerprint: str) -> str | None:
+    """Why a saved run no longer counts (None when it does): it carries no digest of its executed
+    outputs, its record was edited after it ran, or it ran code other than ``fingerprint``'s."""
+    if not saved.get("outputs_digest"):
+        return "carries no digest of its executed outputs: only execution writes a run"
+    fields = {key: value for key, value in saved.items() if key != "record_digest"}
+    if saved.get("record_digest") != record_digest(fields):
+        return "was edited after it ran (its record digest does not match): run it again"
+    if saved.get("fingerprint") != fingerprint:
+        return "predates the chapter's current code: run it again"
+    return None
 
 
 def sweep_variables(seed: int, threads: int, log: Path) -> dict[str, str]:
@@ -463,13 +472,7 @@ def drop_stale_runs(path: Path, chapters: list[Path]) -> None:
     kept, dropped = [], 0
     for line in path.read_text().splitlines():
         saved = json.loads(line)
-        fields = {key: value for key, value in saved.items() if key != "record_digest"}
-        valid = (
-            saved.get("outputs_digest")
-            and saved.get("record_digest") == record_digest(fields)
-            and saved.get("fingerprint") == current.get(saved["chapter"])
-        )
-        if saved["chapter"] in current and not valid:
+        if saved["chapter"] in current and refusal(saved, current[saved["chapter"]]):
             dropped += 1
         else:
             kept.append(line)
