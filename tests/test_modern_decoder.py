@@ -7,8 +7,11 @@ tiny configurations (nothing is downloaded)."""
 from __future__ import annotations
 
 import copy
+import math
+import pickle
 import re
 import warnings
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -27,7 +30,17 @@ from transformer_book.block_anatomy import (
 from transformer_book.decoder import Decoder, DecoderLayer
 from transformer_book.decoder_only import DecoderOnlyTransformer, NoPositionalEncoding
 from transformer_book.decoding import IncrementalDecoder, generate
-from transformer_book.modern_decoder import cache_bytes, interleave_rotary_rows, kv_cache_bytes, llama_rope
+from transformer_book.modern_decoder import (
+    LLAMA3_SCALING,
+    Llama3Theta,
+    cache_bytes,
+    interleave_rotary_rows,
+    kv_cache_bytes,
+    llama3_inverse_frequencies,
+    llama_rope,
+    llama_rope_parameters,
+    llama_rope_theta,
+)
 from transformer_book.multi_head_attention import (
     MultiHeadAttention,
     repeat_kv_heads,
@@ -40,6 +53,7 @@ from transformer_book.torch_loading import load_torch_layer_norm, load_torch_wei
 with warnings.catch_warnings():  # transformers imports tqdm.auto, which warns where ipywidgets is missing
     warnings.simplefilter("ignore")
     from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
     from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
     from transformers.utils import logging as transformers_logging
 
@@ -74,13 +88,16 @@ def random_llama(**changes: object) -> LlamaForCausalLM:
 
 def without_float32_islands(theirs: LlamaForCausalLM) -> LlamaForCausalLM:
     """A float64 copy of theirs whose RoPE angles and RMSNorms, which transformers computes in float32
-    whatever the model's dtype, are computed in float64 with the same formulas."""
+    whatever the model's dtype, are computed in float64 with the same formulas (for rope_type "llama3",
+    llama3_inverse_frequencies, which test_llama3_inverse_frequencies_equal_transformers holds to theirs)."""
     theirs = copy.deepcopy(theirs).to(torch.float64)
     config = theirs.config
-    theta, d = llama_rope(config)[1], config.hidden_size // config.num_attention_heads
+    parameters, d = llama_rope_parameters(config), config.hidden_size // config.num_attention_heads
+    frequencies = float(parameters["rope_theta"]) ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    if parameters["rope_type"] == "llama3":
+        frequencies = llama3_inverse_frequencies(frequencies, **{name: parameters[name] for name in LLAMA3_SCALING})
 
     def angles(x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        frequencies = theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
         both = torch.cat([position_ids[..., None].double() * frequencies] * 2, dim=-1)
         return both.cos().to(x.dtype), both.sin().to(x.dtype)
 
@@ -418,7 +435,11 @@ def meta_llama(**changes: object) -> LlamaForCausalLM:
         ({"hidden_act": "gelu"}, "hidden_act='gelu' (the book's SwiGLU gates with 'silu')"),
         (
             {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}},
-            "rope scaling of type 'linear' (the book's RoPE has no scaling)",
+            "rope scaling of type 'linear' (the book's RoPE scales only as Llama 3.1's, 'llama3')",
+        ),
+        (
+            {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}},
+            "rope scaling of type 'yarn' (the book's RoPE scales only as Llama 3.1's, 'llama3')",
         ),
         ({"attention_bias": True}, "attention_bias=True, mlp_bias=False"),
         ({"mlp_bias": True}, "attention_bias=False, mlp_bias=True"),
@@ -437,3 +458,127 @@ def test_loader_names_every_obstacle_at_once() -> None:
     with pytest.raises(ValueError) as error:
         llama_from_huggingface(theirs)
     assert str(error.value).count(";") == 1
+
+
+# Llama 3.1's RoPE scaling (rope_type "llama3")
+
+
+def llama3_scaling(original: int = 16, factor: float = 8.0) -> dict[str, Any]:
+    return {
+        "factor": factor,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": original,
+    }
+
+
+@pytest.mark.parametrize(
+    ("d_head", "theta", "scaling"),
+    [
+        (128, 500_000.0, llama3_scaling(8_192)),  # Llama 3.1 8B
+        (64, 500_000.0, llama3_scaling(8_192, factor=32.0)),  # Llama 3.2 1B
+        (32, 500_000.0, llama3_scaling(64)),  # the chapter's check
+        (16, 10_000.0, {**llama3_scaling(40), "low_freq_factor": 2.0, "high_freq_factor": 5.0}),
+    ],
+)
+def test_llama3_inverse_frequencies_equal_transformers(d_head: int, theta: float, scaling: dict[str, Any]) -> None:
+    """The book's scaling, on transformers' float32 frequencies, gives exactly ROPE_INIT_FUNCTIONS["llama3"]'s;
+    Llama3Theta's power, in float64, the same to float32 rounding."""
+    config = LlamaConfig(
+        hidden_size=4 * d_head,
+        num_attention_heads=4,
+        max_position_embeddings=16 * scaling["original_max_position_embeddings"],
+        rope_theta=theta,
+        rope_scaling={"rope_type": "llama3", **scaling},
+    )
+    theirs, attention_factor = ROPE_INIT_FUNCTIONS["llama3"](config, "cpu")
+    assert attention_factor == 1.0
+    plain = 1.0 / (theta ** (torch.arange(0, d_head, 2, dtype=torch.int64).float() / d_head))  # theirs, unscaled
+    assert torch.equal(llama3_inverse_frequencies(plain, **scaling), theirs)
+    ours = Llama3Theta(theta, scaling) ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
+    assert ours.dtype == torch.float64
+    assert ((ours - theirs.double()).abs() / theirs.double()).max() < 1e-6
+    assert not torch.equal(ours, plain.double())  # some pair is scaled
+
+
+def test_llama3_scaling_keeps_the_fast_pairs_and_slows_the_slow() -> None:
+    scaling = llama3_scaling(8_192)
+    plain = 500_000.0 ** (-torch.arange(0, 128, 2, dtype=torch.float64) / 128)
+    slowed = plain / llama3_inverse_frequencies(plain, **scaling)
+    wavelengths = 2 * math.pi / plain
+    assert (slowed[wavelengths < 2_048] == 1).all() and (slowed[wavelengths > 8_192] == 8).all()
+    between = (wavelengths > 2_048) & (wavelengths < 8_192)
+    assert between.any() and ((slowed[between] > 1) & (slowed[between] < 8)).all()
+    assert (slowed.diff() >= 0).all()  # the slower the pair, the more it is slowed
+
+
+def test_llama3_theta_is_theta_and_keeps_its_scaling() -> None:
+    theta = Llama3Theta(500_000.0, llama3_scaling())
+    assert theta == 500_000.0 and float(theta) == 500_000.0 and theta > 0
+    assert repr(theta).startswith("Llama3Theta(500000.0, {'factor': 8.0")
+    for copied in (copy.deepcopy(theta), pickle.loads(pickle.dumps(theta))):
+        assert isinstance(copied, Llama3Theta) and copied == theta and copied.scaling == theta.scaling
+    with pytest.raises(ValueError, match="llama3 scaling takes exactly factor, low_freq_factor"):
+        Llama3Theta(1e4, {"factor": 8.0})
+    with pytest.raises(ValueError, match="high_freq_factor > low_freq_factor > 0"):
+        Llama3Theta(1e4, {**llama3_scaling(), "high_freq_factor": 1.0})
+    with pytest.raises(ValueError, match="theta must be positive"):
+        Llama3Theta(0.0, llama3_scaling())
+
+
+def test_rotate_heads_and_apply_rope_rotate_by_the_scaled_frequencies() -> None:
+    """rotate_heads and apply_rope take their frequencies as rope_theta ** (-2i/d): with a Llama3Theta,
+    the llama3 ones. Written out here, so that a change to how they compute it fails this test."""
+    theta = Llama3Theta(500_000.0, llama3_scaling(16))
+    x = torch.randn(2, 3, 40, 32, dtype=torch.float64)
+    frequencies = llama3_inverse_frequencies(
+        500_000.0 ** (-torch.arange(0, 32, 2, dtype=torch.float64) / 32), **llama3_scaling(16)
+    )
+    angles = torch.arange(5, 45, dtype=torch.float64)[:, None] * frequencies
+    even, odd = x[..., 0::2], x[..., 1::2]
+    expected = torch.stack([even * angles.cos() - odd * angles.sin(), even * angles.sin() + odd * angles.cos()], -1)
+    assert (rotate_heads(x, theta, start=5) - expected.flatten(-2)).abs().max() < 1e-13
+    assert torch.equal(rotate_heads(x, theta, start=5), apply_rope(x, torch.arange(5, 45), theta))
+    assert (rotate_heads(x, 500_000.0, start=5) - expected.flatten(-2)).abs().max() > 0.1
+
+
+def test_llama_rope_theta_reads_new_and_old_configs() -> None:
+    assert llama_rope_theta(random_llama().config) == 500_000.0
+    assert type(llama_rope_theta(random_llama().config)) is float
+    new = LlamaConfig(rope_theta=5e5, rope_scaling={"rope_type": "llama3", **llama3_scaling(16)})
+    old = SimpleNamespace(rope_theta=5e5, rope_scaling={"type": "llama3", **llama3_scaling(16)})  # transformers 4
+    for config in (new, old):
+        theta = llama_rope_theta(config)
+        assert isinstance(theta, Llama3Theta) and theta == 5e5 and theta.scaling == llama3_scaling(16)
+        assert llama_rope(config) == ("llama3", 5e5)
+    assert llama_rope(SimpleNamespace(rope_theta=1e4, rope_scaling=None)) == ("default", 1e4)
+
+
+def test_loader_gives_transformers_logits_with_llama3_scaling_past_the_original_context() -> None:
+    # heads of width 8, base 10,000: wavelengths 6.3, 63, 628 and 6,283 positions, one pair in each band
+    theirs = random_llama(
+        max_position_embeddings=1_024, rope_theta=10_000.0, rope_scaling={"rope_type": "llama3", **llama3_scaling(64)}
+    )
+    with torch.no_grad():  # sharper attention than transformers' 0.02 draws, so that positions weigh in the logits
+        for name, parameter in theirs.named_parameters():
+            if name.endswith(("q_proj.weight", "k_proj.weight")):
+                parameter.normal_(0.0, 0.3)
+    ours = llama_from_huggingface(theirs)
+    assert isinstance(cast(DecoderLayer, ours.decoder.layers[0]).self_attention.rope_theta, Llama3Theta)
+    ids = tokens(theirs, batch=2, length=160)  # past the original 64 positions
+    with torch.no_grad():
+        their_logits, our_logits = theirs(ids).logits, ours(ids)
+    assert ((our_logits - their_logits).norm() / their_logits.norm()).item() < 1e-5  # float32
+    theirs64 = without_float32_islands(theirs)
+    ours64 = llama_from_huggingface(theirs64)
+    decoder = IncrementalDecoder(ours64, None, batch_size=2)
+    with torch.no_grad():
+        their_logits64 = theirs64(ids).logits
+        assert (ours64(ids) - their_logits64).abs().max().item() < 1e-10
+        stepped = torch.stack([decoder.step(ids[:, position]) for position in range(160)], dim=1)
+        assert (stepped - their_logits64).abs().max().item() < 1e-10
+        unscaled = copy.deepcopy(ours64)
+        for layer in cast(list[DecoderLayer], list(unscaled.decoder.layers)):
+            layer.self_attention.rope_theta = 10_000.0
+        dropped = (unscaled(ids) - their_logits64)[:, :64].norm() / their_logits64[:, :64].norm()
+        assert dropped.item() > 0.01  # the scaling counts inside the original context too

@@ -15,8 +15,9 @@ The stand-ins, built here in ``tmp_path`` and never committed:
   (``GPT2LMHeadModel``, GPT-2's context, a vocabulary that ends with the end-of-text token as GPT-2's
   does; two narrow layers to keep CI short) and of SmolLM2-135M's (``LlamaForCausalLM`` with its tied embeddings, three query
   heads per key-value head, RoPE base 100,000 and no RoPE scaling, as its released config has;
-  small). A Llama 3 config, with ``rope_scaling`` of type ``llama3``, is not what that checkpoint
-  holds, and the book's loader refuses it by name: a unit test below checks so;
+  small). A Llama 3.1 checkpoint, whose config has ``rope_scaling`` of type ``llama3``, is not what
+  that checkpoint holds; a unit test below saves a small random one and reads it back with
+  ``from_pretrained``, as a download would be read, and the book's loader keeps its scaling;
 - the tokenizers are GPT-2-format ``vocab.json`` and ``merges.txt`` files written from the book's
   own 500 merges, in GPT-2's byte order and byte alphabet, which is how both GPT-2 and SmolLM2 ship
   their byte-level BPE. tiktoken's own GPT-2 files cannot be stood in for: tiktoken checks the
@@ -37,6 +38,7 @@ import json
 import os
 import warnings
 from pathlib import Path
+from typing import cast
 
 import jupytext
 import nbformat
@@ -44,7 +46,9 @@ import pytest
 import torch
 
 from chapters import BOOK, execute_notebook
+from transformer_book.decoder import DecoderLayer
 from transformer_book.decoder_only import documentation_split
+from transformer_book.modern_decoder import Llama3Theta
 from transformer_book.pretrained import gpt2_byte_order, llama_from_huggingface, merge_ranks
 from transformer_book.tokenization import BytePairTokenizer
 
@@ -212,8 +216,11 @@ def test_modern_decoder_runs_with_use_real_llama(tmp_path: Path) -> None:
     assert "The Transformer is a model architecture that" in printed  # the real branch's prompt, decoded
 
 
-def test_a_llama3_checkpoint_is_refused_by_name() -> None:
-    """Llama 3's RoPE scaling (type llama3) is not the book's RoPE: the loader says so rather than load it."""
+def test_a_llama3_checkpoint_loads_with_its_rope_scaling(tmp_path: Path) -> None:
+    """Llama 3.1's RoPE scaling (type llama3), saved in a checkpoint's config.json and read back with
+    from_pretrained, reaches the book's model: the logits agree past the original context, where the
+    scaled and the plain frequencies differ most. Another rope type is refused by name."""
+    scaling = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
     config = LlamaConfig(
         vocab_size=64,
         hidden_size=32,
@@ -221,14 +228,20 @@ def test_a_llama3_checkpoint_is_refused_by_name() -> None:
         num_hidden_layers=1,
         num_attention_heads=4,
         num_key_value_heads=2,
-        rope_theta=500_000.0,
-        rope_scaling={
-            "rope_type": "llama3",
-            "factor": 8.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8192,
-        },
+        max_position_embeddings=512,
+        rope_theta=10_000.0,
+        rope_scaling={"rope_type": "llama3", **scaling},
     )
-    with pytest.raises(ValueError, match="rope scaling of type 'llama3'"):
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    theirs = LlamaForCausalLM.from_pretrained(tmp_path).eval()
+    ours = llama_from_huggingface(theirs)
+    rope_theta = cast(DecoderLayer, ours.decoder.layers[0]).self_attention.rope_theta
+    assert isinstance(rope_theta, Llama3Theta) and rope_theta.scaling == scaling
+    ids = torch.randint(0, 64, (2, 96), generator=torch.Generator().manual_seed(1))  # three times the original
+    with torch.no_grad():
+        their_logits, our_logits = theirs(ids).logits, ours(ids)
+    assert ((our_logits - their_logits).norm() / their_logits.norm()).item() < 1e-5  # float32 rounding
+    config.rope_parameters = {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10_000.0}
+    with torch.device("meta"), pytest.raises(ValueError, match="rope scaling of type 'yarn'"):
         llama_from_huggingface(LlamaForCausalLM(config))
