@@ -5,12 +5,17 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_book import count_parameters
 from transformer_book.multi_head_attention import MultiHeadAttention
 from transformer_book.scaling_laws import (
     PowerLaw,
+    counted_training_flops,
     fit_power_law,
+    forward_flops_per_token,
+    isoflop_minimum,
     non_embedding_parameters,
     scaling_model,
     sweep_parameters,
@@ -107,3 +112,64 @@ def test_training_flops_is_six_per_parameter_per_token() -> None:
         training_flops(10, -1)
     with pytest.raises(ValueError, match="d_model"):
         sweep_parameters(0)
+
+
+@pytest.mark.parametrize(("d_model", "context", "vocab_size"), [(6, 32, 356), (16, 8, 50), (32, 64, 1000)])
+def test_forward_flops_per_token_is_what_pytorchs_flop_counter_counts(
+    d_model: int, context: int, vocab_size: int
+) -> None:
+    # FlopCounterMode counts every matrix product at 2 operations per multiply-add, attention over the
+    # whole window (it does not know about the mask), and no bias, norm or softmax. The book's count
+    # is 2 per parameter (biases and norm gains included), plus causal attention over T/2 positions.
+    model = scaling_model(vocab_size, d_model, context=context)
+    tokens = torch.randint(0, vocab_size, (3, context))
+    with FlopCounterMode(display=False) as counter:
+        model(tokens)
+    counted_per_token = counter.get_total_flops() / tokens.numel()
+    num_layers = 2
+    weight_matrices = num_layers * 12 * d_model**2  # q, k, v, output (4 d²) and the feed-forward network (8 d²)
+    other_parameters = sweep_parameters(d_model, num_layers) - weight_matrices
+    full_window_attention = 2 * 2 * context * d_model * num_layers
+    book = forward_flops_per_token(d_model, context=context, vocab_size=vocab_size)
+    assert book - 2 * other_parameters + full_window_attention / 2 == counted_per_token
+
+
+def test_counted_training_flops_is_three_forward_passes_and_tends_to_6nd_for_wide_models() -> None:
+    per_token = forward_flops_per_token(12, context=32, vocab_size=356)
+    assert counted_training_flops(12, 1000, context=32, vocab_size=356) == 3 * per_token * 1000
+    wide = counted_training_flops(4096, 1000, context=32, vocab_size=356)
+    assert 1 < wide / training_flops(sweep_parameters(4096), 1000) < 1.01
+    narrow = counted_training_flops(6, 1000, context=32, vocab_size=356)
+    assert narrow / training_flops(sweep_parameters(6), 1000) > 3  # the logits dominate a width-6 model
+
+
+@pytest.mark.parametrize("vertex", [300.0, 5e3, 1.2e5])
+def test_isoflop_minimum_finds_the_vertex_of_an_exact_parabola_in_log_n(vertex: float) -> None:
+    sizes = [1e3, 4e3, 1.6e4, 6.4e4, 2.56e5]
+    losses = [3.0 + 0.05 * (math.log(size) - math.log(vertex)) ** 2 for size in sizes]
+    assert isoflop_minimum(sizes, losses) == pytest.approx(vertex, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("parameters", "losses", "problem"),
+    [
+        ([1e3, 1e4], [3.0, 2.9], "at least three distinct sizes"),
+        ([1e3, 1e3, 1e4], [3.0, 3.1, 2.9], "at least three distinct sizes"),
+        ([1e3, 1e4, 1e5], [3.0, 2.9], "one value per run"),
+        ([1e3, 1e4, 1e5], [3.0, 3.5, 3.0], "no valley"),
+        ([1e3, 0.0, 1e5], [3.0, 2.5, 3.0], "parameters must be positive"),
+        ([1e3, 1e4, 1e5], [3.0, math.nan, 3.0], "losses must be positive"),
+    ],
+)
+def test_isoflop_minimum_refuses_what_has_no_minimum(
+    parameters: list[float], losses: list[float], problem: str
+) -> None:
+    with pytest.raises(ValueError, match=problem):
+        isoflop_minimum(parameters, losses)
+
+
+@pytest.mark.parametrize("argument", ["d_model", "context", "vocab_size", "num_layers"])
+def test_forward_flops_per_token_names_a_bad_argument(argument: str) -> None:
+    arguments = {"d_model": 8, "context": 16, "vocab_size": 50, "num_layers": 2} | {argument: 0}
+    with pytest.raises(ValueError, match=argument):
+        forward_flops_per_token(arguments.pop("d_model"), **arguments)
