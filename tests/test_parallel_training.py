@@ -94,6 +94,82 @@ def test_the_ring_all_reduce_sends_two_times_w_minus_one_over_w_of_the_tensor() 
     assert ledger["data parallel"] == 4000
     assert ledger["ZeRO-3 (weights gathered twice)"] == 6000
     assert ledger["tensor parallel"] == 2 * 3 * 10 * 4 * 4
+    # an inner stage sends its output and receives its gradient: tokens x d_model each way
+    assert ledger["pipeline (stage boundaries)"] == 2 * 10 * 4 * 4
+    assert parallel.communication_per_step(1000, world_size=1, tokens=10, d_model=4, sublayers=3) == dict.fromkeys(
+        ledger, 0.0
+    )
+
+
+def test_fully_sharded_step_shards_everything_and_takes_the_one_process_step() -> None:
+    ranks = parallel.launch(parallel.fully_sharded_step, 2, SETUP)
+    single = SETUP.model()
+    parameters = dict(single.named_parameters())
+    count = sum(parameter.numel() for parameter in single.parameters())
+    for what, bytes_per_parameter in (("weights", 4), ("gradients", 4), ("Adam's moments", 8)):
+        held = [rank["bytes held"][what] for rank in ranks]
+        assert sum(held) == bytes_per_parameter * count, what
+        assert max(held) <= 0.6 * bytes_per_parameter * count, what  # about half each
+    inputs, targets = SETUP.batch()
+    parallel.language_model_loss(single(inputs), targets).backward()
+    reference = torch.cat([parameter.grad.flatten() for parameter in parameters.values()])  # type: ignore[union-attr]
+    for rank in ranks:
+        assert relative(torch.cat([rank["gradients"][name].flatten() for name in parameters]), reference) < 1e-5
+    # The sharded Adam step equals an unsharded Adam step from the same (gathered) gradient.
+    for name, parameter in parameters.items():
+        parameter.grad = ranks[0]["gradients"][name].clone()
+    torch.optim.Adam(single.parameters(), lr=SETUP.learning_rate).step()
+    for rank in ranks:
+        for name, parameter in parameters.items():
+            torch.testing.assert_close(rank["weights"][name], parameter.detach(), msg=name)
+
+
+@pytest.mark.parametrize("schedule", parallel.PIPELINE_SCHEDULES)
+@pytest.mark.parametrize("stages", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("micro_batches", [1, 2, 3, 8, 16])
+def test_the_simulated_pipeline_idles_the_fraction_the_formula_gives(
+    schedule: str, stages: int, micro_batches: int
+) -> None:
+    grid = parallel.pipeline_schedule(stages, micro_batches, schedule)
+    assert parallel.idle_fraction(grid) == pytest.approx(parallel.pipeline_bubble(stages, micro_batches), abs=1e-12)
+    assert all(len(row) == 2 * (micro_batches + stages - 1) for row in grid)
+    # every stage runs each pass of each micro-batch exactly once, a forward before its backward
+    for row in grid:
+        passes = [cell for cell in row if cell is not None]
+        assert sorted(passes) == sorted((kind, i) for kind in "FB" for i in range(micro_batches))
+        assert all(passes.index(("F", i)) < passes.index(("B", i)) for i in range(micro_batches))
+    # a forward pass follows the previous stage's, a backward pass the next stage's
+    start = {(stage, cell): step for stage, row in enumerate(grid) for step, cell in enumerate(row) if cell}
+    for (stage, (kind, i)), step in start.items():
+        if kind == "F" and stage > 0:
+            assert step > start[(stage - 1, ("F", i))]
+        if kind == "B" and stage < stages - 1:
+            assert step > start[(stage + 1, ("B", i))]
+    expected = (
+        [micro_batches] * stages if schedule == "GPipe" else [min(micro_batches, stages - s) for s in range(stages)]
+    )
+    assert parallel.activations_held(grid) == expected
+
+
+def test_the_bubble_formula_on_known_values() -> None:
+    assert parallel.pipeline_bubble(1, 7) == 0
+    assert parallel.pipeline_bubble(4, 12) == pytest.approx(0.2)
+    assert parallel.pipeline_bubble(8, 1) == pytest.approx(7 / 8)
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda: parallel.pipeline_bubble(4, 0), "micro_batches"),
+        (lambda: parallel.pipeline_bubble(0, 4), "stages"),
+        (lambda: parallel.pipeline_schedule(4, 0), "micro_batches"),
+        (lambda: parallel.pipeline_schedule(2.5, 4), "stages"),  # type: ignore[arg-type]
+        (lambda: parallel.pipeline_schedule(4, 4, "interleaved"), "schedule"),
+    ],
+)
+def test_the_pipeline_refuses_bad_input_by_name(call: Any, name: str) -> None:
+    with pytest.raises(ValueError, match=rf"\b{name}="):
+        call()
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
