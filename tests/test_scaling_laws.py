@@ -15,7 +15,6 @@ from transformer_book.scaling_laws import (
     counted_training_flops,
     fit_power_law,
     forward_flops_per_token,
-    isoflop_minimum,
     non_embedding_parameters,
     scaling_model,
     sweep_parameters,
@@ -141,31 +140,6 @@ def test_counted_training_flops_is_three_forward_passes_and_tends_to_6nd_for_wid
     assert 1 < wide / training_flops(sweep_parameters(4096), 1000) < 1.01
     narrow = counted_training_flops(6, 1000, context=32, vocab_size=356)
     assert narrow / training_flops(sweep_parameters(6), 1000) > 3  # the logits dominate a width-6 model
-
-
-@pytest.mark.parametrize("vertex", [300.0, 5e3, 1.2e5])
-def test_isoflop_minimum_finds_the_vertex_of_an_exact_parabola_in_log_n(vertex: float) -> None:
-    sizes = [1e3, 4e3, 1.6e4, 6.4e4, 2.56e5]
-    losses = [3.0 + 0.05 * (math.log(size) - math.log(vertex)) ** 2 for size in sizes]
-    assert isoflop_minimum(sizes, losses) == pytest.approx(vertex, rel=1e-9)
-
-
-@pytest.mark.parametrize(
-    ("parameters", "losses", "problem"),
-    [
-        ([1e3, 1e4], [3.0, 2.9], "at least three distinct sizes"),
-        ([1e3, 1e3, 1e4], [3.0, 3.1, 2.9], "at least three distinct sizes"),
-        ([1e3, 1e4, 1e5], [3.0, 2.9], "one value per run"),
-        ([1e3, 1e4, 1e5], [3.0, 3.5, 3.0], "no valley"),
-        ([1e3, 0.0, 1e5], [3.0, 2.5, 3.0], "parameters must be positive"),
-        ([1e3, 1e4, 1e5], [3.0, math.nan, 3.0], "losses must be positive"),
-    ],
-)
-def test_isoflop_minimum_refuses_what_has_no_minimum(
-    parameters: list[float], losses: list[float], problem: str
-) -> None:
-    with pytest.raises(ValueError, match=problem):
-        isoflop_minimum(parameters, losses)
 
 
 @pytest.mark.parametrize("argument", ["d_model", "context", "vocab_size", "num_layers"])
