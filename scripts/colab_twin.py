@@ -249,8 +249,29 @@ def colab_markdown(source: str, in_solution: bool = False) -> tuple[str, bool]:
 # --- the code ---------------------------------------------------------------------------------------
 
 
+# Calls that set a notebook up rather than compute a result: a cell of imports, constants and these
+# is "Imports and settings".
+SETUP_CALLS = {
+    "use_book_style",
+    "device",
+    "book_seed",
+    "seed_everything",
+    "print",
+    "set_num_threads",
+    "manual_seed",
+    "filterwarnings",
+    "simplefilter",
+}
+
+
 def cell_title(source: str, tags: list[str]) -> str:
-    """The one line that a folded cell shows in Colab: what the cell does."""
+    """The one line that a folded cell shows in Colab: what the cell does, all of it.
+
+    A title names everything the cell does that a reader would look for: the functions it defines
+    and whether it then computes, draws or glues. "Imports and settings" is kept for cells of
+    imports, constants and set-up calls only (the review of 2026-12-05 found it on a cell that
+    built the data).
+    """
     if source.startswith("# Colab only"):
         return "Colab setup: install the book's companion package"
     if "remove-cell" in tags:
@@ -263,24 +284,53 @@ def cell_title(source: str, tags: list[str]) -> str:
     except SyntaxError:
         tree = ast.Module(body=[], type_ignores=[])
     defined = [node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.ClassDef)]
-    if defined:
-        names = [f"`{name}`" for name in defined]
-        return "Defines " + (", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0])
+    rest = [
+        node
+        for node in tree.body
+        if not isinstance(node, ast.FunctionDef | ast.ClassDef | ast.Import | ast.ImportFrom) and not _is_setup(node)
+    ]
     glued = glued_names(tree)
     drawn = "plt." in source or "subplots(" in source or re.search(r"\bdraw_\w+\(", source) is not None
     if glued:
         shown = ", ".join(f"`{name}`" for name in glued[:3]) + (" and more" if len(glued) > 3 else "")
-        return ("Draws and glues " if drawn else "Computes and glues ") + shown
-    if drawn:
-        return "Draws the figure"
-    if all(isinstance(node, ast.Import | ast.ImportFrom) or _is_setup(node) for node in tree.body):
-        return "Imports and settings"
-    return "Computes the table or printout shown below"
+        does = ("draws and glues " if drawn else "computes and glues ") + shown
+    elif drawn:
+        does = "draws the figure"
+    elif rest and all(_calls(node) == {"grade"} for node in rest):
+        does = "checks your answer with the grader"
+    elif rest and ("print" in set().union(*map(_calls, rest)) or isinstance(tree.body[-1], ast.Expr)):
+        does = "computes the table or printout shown below"
+    elif rest:
+        does = "computes what the cells below use"
+    else:
+        does = ""
+    if defined:
+        names = [f"`{name}`" for name in defined]
+        defines = "Defines " + (", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0])
+        return f"{defines}, then {does}" if does else defines
+    if does:
+        return does[0].upper() + does[1:]
+    return "Imports and settings"
+
+
+def _calls(node: ast.AST) -> set[str]:
+    """The names of the functions a statement calls (the last part of a dotted name)."""
+    names = set()
+    for call in ast.walk(node):
+        if isinstance(call, ast.Call):
+            function = call.func
+            names.add(function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", "?"))
+    return names
 
 
 def _is_setup(node: ast.stmt) -> bool:
-    """An assignment of a constant, or a call statement (use_book_style()), as setup cells hold."""
-    return isinstance(node, ast.Expr | ast.Assign) and not isinstance(getattr(node, "value", None), ast.Compare)
+    """A constant assigned, or a set-up call (use_book_style(), device()), as setup cells hold."""
+    if not isinstance(node, ast.Expr | ast.Assign | ast.AnnAssign):
+        return False
+    value = getattr(node, "value", None)
+    if value is None or isinstance(value, ast.Compare):
+        return False
+    return _calls(value) <= SETUP_CALLS
 
 
 def fold(cell: Any, title: str) -> None:
@@ -313,7 +363,7 @@ def colab_notebook(notebook: Any) -> Any:
                 cell.source = first + "\n\n" + GLUE_NOTE + ("\n" + rest if rest else "")
         elif cell.cell_type == "code":
             tags = list(cell.metadata.get("tags", []))
-            if in_solution:
+            if in_solution and "remove-cell" not in tags:
                 fold(cell, f"Solution: {exercise}")
             elif any(tag in tags for tag in FOLDED_TAGS):
                 fold(cell, cell_title(cell.source, tags))

@@ -126,3 +126,56 @@ def test_cell_titles_say_what_a_cell_does() -> None:
     assert colab_twin.cell_title('glue("a_b", 1)\nplt.plot([1])', []) == "Draws and glues `a_b`"
     assert colab_twin.cell_title("import torch\nuse_book_style()", []) == "Imports and settings"
     assert colab_twin.cell_title("check('x', 1, at_least=0)", ["remove-cell"]).startswith("Hidden checks")
+
+
+@pytest.mark.parametrize(
+    ("source", "title"),
+    [
+        # a cell that builds data is not "Imports and settings" (review 2026-12-05, instruction-tuning cell 4)
+        ("import torch\nSEED = book_seed(0)\nfacts = build_dates(100)", "Computes what the cells below use"),
+        ("import torch\nSEED = book_seed(0)\nDEVICE = device()\nuse_book_style()", "Imports and settings"),
+        # a cell that defines a function and then runs it says both (instruction-tuning cell 29)
+        (
+            "def exact_match(a, b):\n    return a == b\n\nscores = [exact_match(1, 1)]\nglue('em', scores[0])",
+            "Defines `exact_match`, then computes and glues `em`",
+        ),
+        ("def f():\n    return 1\n\nprint(f())", "Defines `f`, then computes the table or printout shown below"),
+        ("def f():\n    pass\n\nfig, ax = plt.subplots()", "Defines `f`, then draws the figure"),
+        # the grader cell of an exercise (fine-tuning cell 47)
+        ("grade(my_lora_layer)", "Checks your answer with the grader"),
+        ("table = compute()\ntable", "Computes the table or printout shown below"),
+    ],
+)
+def test_a_fold_title_names_everything_the_cell_does(source: str, title: str) -> None:
+    assert colab_twin.cell_title(source, ["hide-input"]) == title
+
+
+def test_hidden_checks_inside_a_solution_are_titled_as_checks_not_as_the_solution() -> None:
+    text = """# A chapter
+
+```{exercise} Try it
+:label: ex-try
+
+Do this.
+```
+
+```{solution-start} ex-try
+:class: dropdown
+```
+
+```{code-cell} ipython3
+z = 3
+```
+
+```{code-cell} ipython3
+:tags: [remove-cell]
+
+assert z == 3
+```
+
+```{solution-end}
+```
+"""
+    code = [cell for cell in colab_notebook(jupytext.reads(text, fmt="myst")).cells if cell.cell_type == "code"]
+    assert code[0].source.startswith("#@title Solution: Try it\n")
+    assert code[1].source.startswith("#@title Hidden checks")
