@@ -11,7 +11,7 @@ CHAPTER_SOURCES := $(wildcard book/*.md)
 # twins must already match their chapters, so there the same step only checks, and fails loudly.
 SYNC_FLAGS := $(if $(CI),--check,)
 
-.PHONY: book test check sync lock timing benchmark robustness clean
+.PHONY: book test check sync lock timing benchmark robustness pretrain clean
 
 # When the build fails, Sphinx still records the failed chapter's page as read, and the next make book
 # would pass without running it again; forgetting Sphinx's environment makes it read every page again
@@ -26,9 +26,10 @@ test: $(VENV)/.installed _build/.sync-stamp
 	$(PY) -m pytest
 
 # The fast half of make test: ruff and mypy (tests/test_lint.py, tests/test_typing.py), the package's
-# unit tests and the source tests. Chapters, the Sphinx build and the browser are left to make test.
+# unit tests and the source tests. Chapters, the Sphinx build, the browser and the rerun of the
+# pretraining's first steps are left to make test.
 check: $(VENV)/.installed _build/.sync-stamp
-	$(PY) -m pytest -m "not chapter and not build and not browser" --durations=5
+	$(PY) -m pytest -m "not chapter and not build and not browser and not pretraining" --durations=5
 
 # Regenerate the package and the Colab twins from the chapters.
 sync: $(VENV)/.installed
@@ -55,6 +56,12 @@ timing: $(VENV)/.installed
 # appended to robustness-runs.jsonl, and robustness.json summarises exactly those runs.
 robustness: $(VENV)/.installed
 	$(PY) scripts/robustness.py $(ROBUSTNESS_ARGS)
+
+# Pretrain the book's language model and write its weights and card to src/transformer_book/weights/book-lm
+# (about 50 minutes on one CPU thread; not part of make book). PRETRAIN_ARGS="--steps 50" reruns the
+# recipe's first 50 steps and compares them with the card's losses, writing nothing.
+pretrain: $(VENV)/.installed
+	$(PY) scripts/pretrain.py $(PRETRAIN_ARGS)
 
 # Print training throughput of the book's Transformer against nn.Transformer (nothing asserted).
 benchmark: $(VENV)/.installed

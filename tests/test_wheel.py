@@ -1,5 +1,6 @@
 """The package a reader installs (Colab's bootstrap installs the wheel the website publishes) is
-complete: built as a wheel and imported from it alone, every module of src/ is there and imports."""
+complete: built as a wheel and imported from it alone, every module of src/ is there and imports,
+and the book's pretrained model is there and loads."""
 
 from __future__ import annotations
 
@@ -52,6 +53,10 @@ def test_every_module_imports_from_the_built_wheel(tmp_path: Path) -> None:
         f"for name in {modules!r}:\n"
         "    importlib.import_module('transformer_book.' + name)\n"
         "assert (pathlib.Path(transformer_book.__file__).parent / 'py.typed').exists()\n"
+        # the book's pretrained model travels in the wheel, so Part VIII runs in Colab
+        "from transformer_book.pretraining import BOOK_MODEL, load_pretrained\n"
+        f"assert BOOK_MODEL.is_relative_to(pathlib.Path({str(tmp_path / 'site')!r}).resolve()), BOOK_MODEL\n"
+        "load_pretrained()\n"
     )
     # Run from an empty folder with only the wheel's files ahead of the environment, so neither
     # src/ nor the editable install can stand in for a module the wheel left out.
