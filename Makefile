@@ -58,7 +58,7 @@ robustness: $(VENV)/.installed
 	$(PY) scripts/robustness.py $(ROBUSTNESS_ARGS)
 
 # Pretrain the book's language model and write its weights and card to src/transformer_book/weights/book-lm
-# (about 50 minutes on one CPU thread; not part of make book). PRETRAIN_ARGS="--steps 50" reruns the
+# (about an hour on one CPU thread; not part of make book). PRETRAIN_ARGS="--steps 50" reruns the
 # recipe's first 50 steps and compares them with the card's losses, writing nothing.
 pretrain: $(VENV)/.installed
 	$(PY) scripts/pretrain.py $(PRETRAIN_ARGS)

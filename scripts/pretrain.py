@@ -1,6 +1,6 @@
 """Pretrain the book's language model and write it, with its card, to src/transformer_book/weights/book-lm.
 
-    make pretrain                                  # the whole recipe: about 45 minutes on one CPU thread
+    make pretrain                                  # the whole recipe: about an hour on one CPU thread
     make pretrain PRETRAIN_ARGS="--steps 50"       # its first 50 steps, compared with the card's losses
 
 The corpus is the docstrings of this Python's standard library and of the packages the lock pins
