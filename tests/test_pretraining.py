@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import platform
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -84,6 +85,24 @@ def test_the_corpus_builder_gives_the_cards_digest(corpus: list[Docstring], card
     assert not {docstring.text for docstring in held_out} & {
         docstring.text for docstring in corpus if not docstring.held_out
     }
+
+
+@pytest.mark.pretraining
+def test_no_paragraph_of_pythons_reference_pages_is_in_the_corpus(corpus: list[Docstring]) -> None:
+    """fine-tuning.md classifies paragraphs of pydoc_data's pages, and its text says the pretraining
+    never read one: not as a page (the folder is skipped) nor copied into a docstring."""
+    from pydoc_data.topics import topics
+
+    text = corpus_text(corpus)
+    paragraphs = {
+        paragraph.strip()
+        for page in topics.values()
+        for paragraph in re.split(r"\n\s*\n", page)
+        if len(paragraph.split()) >= 15
+    }
+    read = [paragraph for paragraph in paragraphs if paragraph in text]
+    assert len(paragraphs) > 1000
+    assert not read, f"{len(read)} paragraphs of pydoc_data.topics occur in the corpus, the first: {read[0][:200]!r}"
 
 
 @pytest.mark.pretraining
