@@ -282,10 +282,6 @@ TRUE_FOR_EVERY_BRANCH: dict[tuple[str, str], str] = {
         "which model is best at each size, as data: the paragraph goes on 'one run per model and size is one "
         "draw', and the conclusions drawn (the CNN ahead on few images, its lead shrinking) are checked"
     ),
-    ("fine-tuning", "glued: ft_pretraining_verdict"): (
-        "names the best of the four ways, which varies; the conclusion, within a dozen points of the model "
-        "from scratch, is checked and does not"
-    ),
 }
 
 
