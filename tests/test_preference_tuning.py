@@ -15,6 +15,7 @@ from transformer_book.preference_tuning import (
     DPOLoss,
     PolicyAndReference,
     PreferencePair,
+    chosen_and_rejected,
     dpo_loss,
     implicit_reward,
     preference_accuracy,
@@ -195,3 +196,16 @@ def test_dpo_through_train_learns_to_prefer_the_chosen_answers(template: ChatTem
     ratios = log_probs[..., 0] - log_probs[..., 1]
     assert preference_accuracy(ratios[:, 0] - ratios[:, 1]) == 1.0
     assert DPOLoss(1.0)(log_probs, batch.target_output).item() < 0.1
+
+
+def test_chosen_and_rejected_split_each_pair_by_its_preferred_answer() -> None:
+    # pair i, answer j, column c (0 policy, 1 reference): the value 100 i + 10 j + c
+    pairs, answers, columns = torch.meshgrid(torch.arange(3), torch.arange(2), torch.arange(2), indexing="ij")
+    log_probs = (100 * pairs + 10 * answers + columns).float()
+    chosen, rejected = chosen_and_rejected(log_probs, torch.tensor([0, 1, 1]))
+    assert chosen.tolist() == [[0.0, 1.0], [110.0, 111.0], [210.0, 211.0]]
+    assert rejected.tolist() == [[10.0, 11.0], [100.0, 101.0], [200.0, 201.0]]
+    with pytest.raises(ValueError, match=r"need log_probs \(pairs, 2, 2\)"):
+        chosen_and_rejected(log_probs[:, :, :1], torch.tensor([0, 1, 1]))
+    with pytest.raises(ValueError, match=r"preferred \(pairs,\)"):
+        chosen_and_rejected(log_probs, torch.tensor([0, 1]))
