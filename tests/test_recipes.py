@@ -235,3 +235,54 @@ def test_a_model_with_qk_norm_decodes_with_the_cache_as_without_it() -> None:
         full = model(tokens)
     for step, logits in enumerate(step_logits):
         assert torch.allclose(logits, full[:, prompt.shape[1] - 1 + step], atol=1e-5)
+
+
+def test_qk_norm_equals_transformers_qwen3() -> None:
+    """Qwen 3 is a Llama with QK-norm: its weights, read through the book's Llama loader, and its
+    q_norm and k_norm gains put into use_qk_norm's norms (permuted to the book's RoPE pairs, as the
+    loader permutes W^Q's rows), give the same logits to float32's rounding of RoPE and RMSNorm."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    from transformer_book.modern_decoder import interleave_rotary_rows, llama_from_huggingface
+
+    shape = dict(
+        vocab_size=50,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=16,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(3)
+    qwen = Qwen3ForCausalLM(Qwen3Config(**shape, head_dim=8)).double().eval()
+    with torch.no_grad():
+        for block in qwen.model.layers:  # gains away from 1, so that copying them is tested
+            block.self_attn.q_norm.weight.uniform_(0.5, 1.5)
+            block.self_attn.k_norm.weight.uniform_(0.5, 1.5)
+    llama = LlamaForCausalLM(LlamaConfig(**shape)).double().eval()
+    qk_gains = (".q_norm.", ".k_norm.")
+    llama.load_state_dict({k: v for k, v in qwen.state_dict().items() if not any(g in k for g in qk_gains)})
+    ours = llama_from_huggingface(llama)
+    tokens = torch.randint(0, 50, (2, 10))
+    with torch.no_grad():
+        without = ours(tokens)
+    layers = use_qk_norm(ours)
+    ours.double()
+    with torch.no_grad():
+        for layer, block in zip(layers, qwen.model.layers, strict=True):
+            for projection, gain in (
+                (layer.w_q, block.self_attn.q_norm.weight),
+                (layer.w_k, block.self_attn.k_norm.weight),
+            ):
+                norm = cast(HeadwiseRMSNorm, cast(nn.Sequential, projection)[1]).norm
+                norm.weight.copy_(interleave_rotary_rows(gain[:, None], 1)[:, 0])
+        theirs, mine = qwen(tokens).logits, ours(tokens)
+    # transformers computes RoPE's angles and RMSNorm in float32 even in a float64 model (as
+    # test_modern_decoder's float64 comparison of a Llama, where the same bound holds)
+    assert (mine - theirs).abs().max().item() < 1e-4
+    assert (without - theirs).abs().max().item() > 1e-2
