@@ -36,13 +36,15 @@ sync: $(VENV)/.installed
 	$(PY) scripts/export.py
 	$(PY) scripts/sync_twins.py
 	$(PY) scripts/reading_time.py --update-readme
+	$(PY) scripts/course_plan.py
 	mkdir -p _build && touch _build/.sync-stamp
 
 # make book and make test do the same when a chapter (or the export scripts) changed.
-_build/.sync-stamp: $(CHAPTER_SOURCES) scripts/export.py scripts/sync_twins.py scripts/reading_time.py pyproject.toml _config.yml | $(VENV)/.installed
+_build/.sync-stamp: $(CHAPTER_SOURCES) scripts/export.py scripts/sync_twins.py scripts/reading_time.py scripts/course_plan.py robustness-runs.jsonl pyproject.toml _config.yml | $(VENV)/.installed
 	$(PY) scripts/export.py $(SYNC_FLAGS)
 	$(PY) scripts/sync_twins.py $(SYNC_FLAGS)
 	$(PY) scripts/reading_time.py $(if $(CI),--check,--update-readme)
+	$(PY) scripts/course_plan.py $(if $(CI),--check,)
 	mkdir -p _build && touch $@
 
 # Print each chapter's execution time and the total.

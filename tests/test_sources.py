@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import colab_twin
+import course_plan
 import fit_code
 import jupytext
 import pytest
@@ -78,6 +79,18 @@ def test_a_chapters_cache_depends_on_every_module_it_reaches() -> None:
 
 def test_readme_shows_the_current_reading_times() -> None:
     assert reading_time.main(["--check"]) == 0, "README.md's reading-time table is stale: run make sync"
+
+
+def test_the_course_plan_is_current_and_holds_every_chapter_once() -> None:
+    assert course_plan.main(["--check"]) == 0, "book/course-plan.md's table is stale: run make sync"
+    weeks = course_plan.WEEKS
+    course_plan.check_weeks(weeks)
+    dropped = [(theme, [slug for slug in slugs if slug != "training"]) for theme, slugs in weeks]
+    with pytest.raises(ValueError, match=r"missing \['training'\]"):
+        course_plan.check_weeks(dropped)
+    swapped = [(theme, list(reversed(slugs))) for theme, slugs in weeks]
+    with pytest.raises(ValueError, match="in order"):
+        course_plan.check_weeks(swapped)
 
 
 @pytest.mark.parametrize("chapter", toc_chapters(), ids=lambda chapter: chapter.stem)
