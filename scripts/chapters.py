@@ -59,16 +59,20 @@ def toc_chapters() -> list[Path]:
     return [page for page in toc_files() if is_notebook(page)]
 
 
-def part_chapters() -> list[Path]:
-    """The chapters of the numbered Parts of ``_toc.yml`` (Part I to the last), in reading order:
-    the preface and the appendices aside. Each ends with a quiz (``show_quiz``)."""
+def parts() -> list[list[Path]]:
+    """The numbered Parts of ``_toc.yml`` (Part I to the last), each as its chapters in reading
+    order: the preface and the appendices aside."""
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     return [
-        ROOT / f"{chapter['file']}.md"
+        [ROOT / f"{chapter['file']}.md" for chapter in part.get("chapters", [])]
         for part in toc.get("parts", [])
         if str(part.get("caption", "")).startswith("Part ")
-        for chapter in part.get("chapters", [])
     ]
+
+
+def part_chapters() -> list[Path]:
+    """The chapters of the numbered Parts, in reading order. Each ends with a quiz (``show_quiz``)."""
+    return [chapter for part in parts() for chapter in part]
 
 
 def chapter_code(chapter: Path) -> ast.Module:

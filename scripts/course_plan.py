@@ -22,10 +22,9 @@ import json
 import re
 import statistics
 import sys
-from pathlib import Path
 
 import reading_time
-from chapters import BOOK, ROOT, part_chapters
+from chapters import BOOK, ROOT, part_chapters, parts
 
 PAGE = BOOK / "course-plan.md"
 RUNS = ROOT / "robustness-runs.jsonl"
@@ -86,21 +85,17 @@ def run_seconds() -> dict[str, float]:
 def worksheet_questions() -> dict[int, list[int]]:
     """The worksheet's question numbers, by the Part (1 to 8) whose group holds them."""
     text = WORKSHEET.read_text()
-    starts = [(ROMAN[match.group(1)], match.end()) for match in WORKSHEET_PART.finditer(text)]
-    groups = {}
-    for index, (part, start) in enumerate(starts):
-        end = starts[index + 1][1] if index + 1 < len(starts) else len(text)
-        groups[part] = [int(number) for number in QUESTION.findall(text[start:end])]
-    return groups
+    headings = list(WORKSHEET_PART.finditer(text))
+    ends = [heading.start() for heading in headings[1:]] + [len(text)]
+    return {
+        ROMAN[heading.group(1)]: [int(number) for number in QUESTION.findall(text[heading.end() : end])]
+        for heading, end in zip(headings, ends, strict=True)
+    }
 
 
 def part_starts() -> dict[str, int]:
     """The first chapter of each numbered Part, and the Part's number."""
-    import yaml
-
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    parts = [part for part in toc["parts"] if str(part.get("caption", "")).startswith("Part ")]
-    return {Path(part["chapters"][0]["file"]).stem: number for number, part in enumerate(parts, start=1)}
+    return {chapters[0].stem: number for number, chapters in enumerate(parts(), start=1)}
 
 
 def question_range(numbers: list[int]) -> str:
