@@ -5,8 +5,11 @@ notebook of a chapter and returns the twin that Colab should show:
 
 - every MyST role of the text becomes Markdown that Colab renders: a citation "(Author, year)"
   linked to the bibliography page, a cross-reference a link to the page on the website, a glossary
-  term the word linked to the glossary, a glued value the name that its cell prints (the book's
-  ``glue`` prints ``name = value`` where myst-nb is missing);
+  term the word linked to the glossary, a glued value the name that its cell prints;
+- a folded cell after the bootstrap gives ``glue`` the page's formats: where the page writes a glued
+  number into a sentence, Colab prints ``name = value`` formatted as the page formats it (54%, not
+  0.5404761904761904), and shows each such sentence once all its values are computed
+  (``glue_sentences``, ``glue_cell``);
 - admonitions become titled blockquotes, answers (dropdown admonitions) ``<details>`` blocks,
   exercises blockquotes, figures a line that names the figure its cell drew;
 - code cells that the page collapses (``hide-input``), removes (``remove-cell``: hidden checks and
@@ -343,13 +346,103 @@ def fold(cell: Any, title: str) -> None:
 
 GLUE_NOTE = (
     "*In Colab, numbers that the website's text shows are written as **`name`** here: the cell that "
-    "computes one prints `name = value`. Cells that the website collapses are folded into one line "
-    "that says what they do; double-click to open them. Run everything with Runtime → Run all.*"
+    "computes one prints `name = value`, formatted as the website formats it, and the sentence that "
+    "uses it. Cells that the website collapses are folded into one line that says what they do; "
+    "double-click to open them. Run everything with Runtime → Run all.*"
 )
+
+
+GLUE_ROLE = re.compile(r"\{glue(?::text)?\}`([^`]+)`")
+
+
+def _sentences(markdown: str) -> list[str]:
+    """The sentences (and list items, table rows) of a Markdown cell, each on one line, without
+    directive fences, their options and labels."""
+    kept = [line for line in markdown.splitlines() if not re.match(r"^\s*(`{3,}|:{3,}|:[\w-]+:|\(\S+\)=)", line)]
+    units: list[str] = []
+    current: list[str] = []
+    for line in kept + [""]:
+        if not line.strip() or re.match(r"^\s*([-*] |\d+\. |\|)", line):
+            if current:
+                units.append(" ".join(current))
+            current = [line.strip()] if line.strip() else []
+        else:
+            current.append(line.strip())
+    return [sentence for unit in units for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z{*`(])", unit)]
+
+
+def glue_sentences(markdown_cells: list[str]) -> list[str]:
+    """The sentences of the text that show glued values, once each, as Colab Markdown, with every
+    glued value written as a marker, ``[[name:spec]]``, that the twin's glue fills in."""
+    found: dict[str, None] = {}
+    for source in markdown_cells:
+        for sentence in _sentences(source):
+            if GLUE_ROLE.search(sentence):
+                marked = GLUE_ROLE.sub(
+                    lambda match: f"[[{match[1]}]]" if ":" in match[1] else f"[[{match[1]}:]]", sentence
+                )
+                found[ROLE.sub(_role, marked).lstrip("-* ").strip()] = None
+    return list(found)
+
+
+GLUE_CELL_TITLE = "Colab: print each number of the text as the website shows it, in its sentence"
+
+GLUE_CELL = """import numbers
+import re
+
+import transformer_book
+from IPython.display import Markdown
+from IPython.display import display as show
+
+# The text's sentences that show computed values: [[name:format]] marks where each value goes.
+SENTENCES = {sentences}
+MARKER = re.compile(r"\\[\\[(\\w+):([^\\]]*)\\]\\]")
+GLUED, SHOWN = {{}}, set()
+book_glue = transformer_book.glue
+
+
+def glue(name, value, display=None):
+    \"\"\"Print a number or string of the text as the website formats it, then each sentence whose
+    values are all computed; anything else (a figure, a table) goes to the book's glue.\"\"\"
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        value = value.item()  # a NumPy or PyTorch scalar
+    mine = [text for text in SENTENCES if any(m[1] == name for m in MARKER.finditer(text))]
+    if not mine or not isinstance(value, (numbers.Number, str)):
+        return book_glue(name, value, display)
+    GLUED[name] = value
+    spec = next(m[2] for m in MARKER.finditer(mine[0]) if m[1] == name)
+    print(f"{{name}} = {{format(value, spec)}}")
+    for text in mine:
+        if text not in SHOWN and {{m[1] for m in MARKER.finditer(text)}} <= GLUED.keys():
+            SHOWN.add(text)
+            show(Markdown("> " + MARKER.sub(lambda m: format(GLUED[m[1]], m[2]), text)))
+
+
+transformer_book.glue = transformer_book.runtime.glue = glue"""
+
+
+def glue_cell(sentences: list[str]) -> Any:
+    """The folded cell that makes the twin's glue print as the page formats: it replaces the
+    package's glue before the chapter imports it (numbers and strings that the text shows; figures
+    and tables still go to the book's glue)."""
+    import pprint
+
+    import nbformat
+
+    cell = nbformat.v4.new_code_cell(GLUE_CELL.format(sentences=pprint.pformat(sentences, width=100)))
+    cell.metadata["colab_twin"] = "glue"
+    fold(cell, GLUE_CELL_TITLE)
+    return cell
+
+
+def is_twin_only(cell: Any) -> bool:
+    """A cell the twin adds to the chapter's (the glue cell)."""
+    return bool(cell.get("metadata", {}).get("colab_twin"))
 
 
 def colab_notebook(notebook: Any) -> Any:
     """The chapter's jupytext notebook made into its Colab twin, in place; returned for convenience."""
+    sentences = glue_sentences([cell.source for cell in notebook.cells if cell.cell_type == "markdown"])
     in_solution, exercise, exercise_titles = False, "", {}
     for cell in notebook.cells:
         if cell.cell_type == "markdown":
@@ -368,6 +461,13 @@ def colab_notebook(notebook: Any) -> Any:
             elif any(tag in tags for tag in FOLDED_TAGS):
                 fold(cell, cell_title(cell.source, tags))
     notebook.cells = [cell for cell in notebook.cells if cell.cell_type != "markdown" or cell.source.strip()]
+    if sentences:
+        # after the bootstrap (which installs the package) when there is one, else before the first code cell
+        code = [index for index, cell in enumerate(notebook.cells) if cell.cell_type == "code"]
+        at = code[0] if code else len(notebook.cells)
+        if code and notebook.cells[at].source.split("\n", 1)[-1].startswith("# Colab only"):
+            at += 1
+        notebook.cells.insert(at, glue_cell(sentences))
     return notebook
 
 

@@ -19,7 +19,9 @@ import os
 import re
 from pathlib import Path
 
+import jupytext
 import pytest
+from colab_twin import glue_sentences
 
 from chapters import ChapterFailed, execute_like_colab, toc_chapters
 
@@ -57,3 +59,14 @@ def test_chapter_runs_like_in_colab(chapter: Path) -> None:
     keys = re.findall(r"\bglue\(\s*\"(\w+)\"", chapter.read_text())
     printed = [key for key in keys if re.search(rf"^{key} = ", stream, re.M)]
     assert printed or not keys, f"{chapter.name}: no glued value was printed, so glue's Colab fallback did not run"
+    # A number that the page formats (54%, 1,234) prints formatted in Colab too, not as a raw float.
+    markdown = [cell.source for cell in jupytext.read(chapter).cells if cell.cell_type == "markdown"]
+    formatted = {
+        match[1] for text in glue_sentences(markdown) for match in re.finditer(r"\[\[(\w+):([^\]]+)\]\]", text)
+    }
+    raw = [
+        line
+        for line in stream.splitlines()
+        if re.fullmatch(r"(\w+) = -?\d+\.\d{5,}", line) and line.split()[0] in formatted
+    ]
+    assert not raw, f"{chapter.name}: Colab printed raw floats where the page formats them: {raw[:5]}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import colab_twin
 import jupytext
 import nbformat
@@ -41,6 +43,57 @@ def test_cross_references_become_links_to_the_website() -> None:
 
 def test_a_glued_value_becomes_the_name_its_cell_prints() -> None:
     assert markdown("it is {glue:text}`gpt_loss:.3f` nats") == "it is **`gpt_loss`** nats"
+
+
+def test_the_sentences_that_show_glued_values_are_kept_with_a_marker_for_each() -> None:
+    text = """The model answers {glue:text}`score:.0%` of them, on {glue:text}`count:,` names. Then
+it stops. See {doc}`decoder-only`.
+
+- a list item with {glue}`steps`;
+- another item.
+
+```{glue:figure} fig_name
+:name: fig-x
+
+A caption with {glue:text}`score:.1%`.
+```
+"""
+    assert colab_twin.glue_sentences([text, text]) == [
+        "The model answers [[score:.0%]] of them, on [[count:,]] names.",
+        "a list item with [[steps:]];",
+        "A caption with [[score:.1%]].",
+    ]
+
+
+def test_the_twins_glue_prints_a_value_as_the_page_formats_it_and_each_sentence_once_complete(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import numpy as np
+    import torch
+
+    import transformer_book
+    import transformer_book.runtime
+
+    book_glue = []
+    monkeypatch.setattr(transformer_book, "glue", lambda *args: book_glue.append(args))
+    monkeypatch.setattr(transformer_book.runtime, "glue", transformer_book.glue)
+    cell = colab_twin.glue_cell(["It answers [[score:.0%]] of [[count:,]].", "Alone: [[score:.1%]]."])
+    assert colab_twin.is_twin_only(cell) and colab_twin.is_folded(cell)
+    namespace: dict[str, Any] = {}
+    exec(colab_twin.unfolded_source(cell), namespace)
+    shown: list[str] = []
+    namespace["show"] = lambda markdown: shown.append(markdown.data)
+    glue = namespace["glue"]
+    assert transformer_book.glue is glue and transformer_book.runtime.glue is glue
+    glue("score", np.float64(0.5404761904761904))
+    assert shown == ["> Alone: 54.0%."]  # the first sentence waits for its count
+    glue("count", torch.tensor(1234))
+    glue("score", 0.5)  # glued again: printed, its sentences not shown twice
+    glue("table", [1, 2])
+    glue("unshown", 0.123456789)
+    assert capsys.readouterr().out.splitlines() == ["score = 54%", "count = 1,234", "score = 50%"]
+    assert shown == ["> Alone: 54.0%.", "> It answers 54% of 1,234."]
+    assert [args[0] for args in book_glue] == ["table", "unshown"]
 
 
 def test_admonitions_answers_exercises_and_labels() -> None:
@@ -161,3 +214,26 @@ def test_cell_titles_say_what_a_cell_does() -> None:
 )
 def test_a_fold_title_names_everything_the_cell_does(source: str, title: str) -> None:
     assert colab_twin.cell_title(source, ["hide-input"]) == title
+
+
+def test_the_glue_cell_comes_right_after_the_bootstrap_and_only_where_the_text_shows_a_value() -> None:
+    text = """```{code-cell} ipython3
+:tags: [remove-cell]
+
+# Colab only: install the package
+x = 0
+```
+
+# A chapter
+
+It scores {glue:text}`score:.0%`.
+
+```{code-cell} ipython3
+from transformer_book import glue
+```
+"""
+    code = [cell for cell in colab_notebook(jupytext.reads(text, fmt="myst")).cells if cell.cell_type == "code"]
+    assert [colab_twin.is_twin_only(cell) for cell in code] == [False, True, False]
+    assert code[1].source.startswith(f"#@title {colab_twin.GLUE_CELL_TITLE}\n")
+    without = colab_notebook(jupytext.reads(text.replace("{glue:text}`score:.0%`", "well"), fmt="myst"))
+    assert not any(colab_twin.is_twin_only(cell) for cell in without.cells)
