@@ -36,6 +36,11 @@ outputs when it takes them from jupyter-cache (``execute_notebooks: cache``), so
 after an incremental ``make book`` a reader downloads empty cells. The outputs are
 merged back from the same cache.
 
+**Two editions in Colab.** The theme's launch menu opens the chapter's notebook
+``book/<slug>.ipynb`` in Colab: the instructor's edition, with its solutions folded. Beside it,
+the menu gets the student's edition, ``book/student/<slug>.ipynb`` (``scripts/sync_twins.py``
+writes both), whose graders say "Not yet" until the reader's function passes.
+
 **The companion package's wheel.** Every chapter's Colab bootstrap cell installs
 ``<site>/_static/<wheel>`` (``colab_bootstrap()`` in ``scripts/chapters.py``), so the
 site publishes the wheel built from the same commit as its pages. It is built when the
@@ -220,11 +225,43 @@ def _publish_wheel(app: Sphinx, exception: Exception | None) -> None:
     logger.info("published the companion package's wheel as _static/%s", wheel.name)
 
 
+STUDENT_EDITION = "book/student"
+
+
+def _add_student_edition(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:
+    """Name the theme's Colab entry the instructor's edition and add the student's edition after it."""
+    student = Path(app.srcdir) / STUDENT_EDITION / f"{PurePosixPath(pagename).name}.ipynb"
+    for group in context.get("header_buttons", []):
+        buttons = group.get("buttons", []) if group.get("label") == "launch-buttons" else []
+        for index, button in enumerate(buttons):
+            if button.get("text") == "Colab" and student.is_file():
+                url = str(button["url"])
+                buttons[index] = {
+                    **button,
+                    "text": "Colab, instructor's edition",
+                    "tooltip": "Open with solutions in Colab",
+                }
+                buttons.insert(
+                    index + 1,
+                    {
+                        **button,
+                        "text": "Colab, student's edition",
+                        "tooltip": "Open without solutions in Colab",
+                        "url": url.replace(
+                            f"/{pagename}.ipynb", f"/{STUDENT_EDITION}/{PurePosixPath(pagename).name}.ipynb"
+                        ),
+                    },
+                )
+                return
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("builder-inited", _check_mathjax_installed)
     app.connect("builder-inited", _build_wheel)
     app.connect("html-page-context", _drop_duplicate_scripts, priority=900)
     app.connect("html-page-context", _repair_aria)
+    # after the theme's add_launch_buttons (priority 501)
+    app.connect("html-page-context", _add_student_edition, priority=550)
     app.connect("html-page-context", _restore_cached_outputs, priority=600)
     app.connect("build-finished", _copy_mathjax)
     app.connect("build-finished", _publish_wheel)

@@ -193,11 +193,11 @@ def execute_chapter(chapter: Path, timeout: int = 600, env: dict[str, str] | Non
     return execute_notebook(jupytext.read(chapter), chapter, cwd=chapter.parent, timeout=timeout, env=env)
 
 
-def execute_like_colab(chapter: Path, timeout: int = 600) -> Execution:
-    """Run a chapter's Colab twin as an instructor would: the ``.ipynb``, in a fresh kernel
-    where myst-nb cannot be imported (Colab has none), from an empty working directory
-    (so no cell may rely on files of the repository)."""
-    twin = chapter.with_suffix(".ipynb")
+def execute_like_colab(chapter: Path, timeout: int = 600, twin: Path | None = None) -> Execution:
+    """Run a chapter's Colab twin as an instructor would: the ``.ipynb`` (or ``twin``, another
+    edition of it), in a fresh kernel where myst-nb cannot be imported (Colab has none), from an
+    empty working directory (so no cell may rely on files of the repository)."""
+    twin = chapter.with_suffix(".ipynb") if twin is None else twin
     notebook = nbformat.read(twin, as_version=4)
     with tempfile.TemporaryDirectory(prefix="colab-") as scratch:
         hidden = Path(scratch) / "hidden-packages"
@@ -231,10 +231,14 @@ def repository_url() -> str:
     return str(config["repository"]["url"]).rstrip("/")
 
 
-def colab_url(chapter: Path) -> str:
-    """Where Colab opens a chapter: its ``.ipynb`` twin in the repository, on ``main``."""
+def colab_url(chapter: Path, *, student: bool = False) -> str:
+    """Where Colab opens a chapter: its ``.ipynb`` twin in the repository, on ``main`` (the
+    instructor's edition, or with ``student`` the student's edition in ``book/student/``)."""
     repository = repository_url().replace("https://github.com/", "https://colab.research.google.com/github/")
-    return f"{repository}/blob/main/{chapter.relative_to(ROOT).with_suffix('.ipynb').as_posix()}"
+    twin = chapter.relative_to(ROOT).with_suffix(".ipynb")
+    if student:
+        twin = twin.parent / "student" / twin.name
+    return f"{repository}/blob/main/{twin.as_posix()}"
 
 
 def package_version() -> str:

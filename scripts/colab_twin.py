@@ -208,16 +208,17 @@ def _directive(name: str, argument: str, lines: list[str]) -> list[str]:
     raise ValueError(f"the twin writer does not know the directive {{{name}}}")
 
 
-def colab_markdown(source: str, in_solution: bool = False) -> tuple[str, bool]:
+def colab_markdown(source: str, in_solution: bool = False, *, solutions: bool = True) -> tuple[str, bool]:
     """A chapter's Markdown cell as Markdown that Colab renders, and whether a solution is still
     open at its end (``in_solution`` says whether one was open at its start). The text of a
-    solution is folded into a ``<details>`` block."""
+    solution is folded into a ``<details>`` block, or left out without ``solutions`` (the
+    student's edition)."""
     lines = source.splitlines()
     shown: list[str] = []
     folded: list[str] = []
 
     def close_fold() -> None:
-        if any(line.strip() for line in folded):
+        if solutions and any(line.strip() for line in folded):
             shown.extend(["<details><summary>Show the solution</summary>", "", *folded, "", "</details>"])
         folded.clear()
 
@@ -237,7 +238,7 @@ def colab_markdown(source: str, in_solution: bool = False) -> tuple[str, bool]:
             raise ValueError(f"the directive {{{name}}} is not closed by {fence}")
         lines.pop(0)
         if name == "solution-start":
-            shown.append("**Solution**, folded: open it once you have tried.")
+            shown.append(SOLUTION_FOLDED if solutions else SOLUTION_ELSEWHERE)
             in_solution = True
         elif name == "solution-end":
             close_fold()
@@ -344,6 +345,9 @@ def fold(cell: Any, title: str) -> None:
     cell.metadata["cellView"] = "form"
 
 
+SOLUTION_FOLDED = "**Solution**, folded: open it once you have tried."
+SOLUTION_ELSEWHERE = "*The solution is in the instructor's edition of this notebook (the page's Colab button).*"
+
 GLUE_NOTE = (
     "*In Colab, numbers that the website's text shows are written as **`name`** here: the cell that "
     "computes one prints `name = value`, formatted as the website formats it, and the sentence that "
@@ -440,27 +444,104 @@ def is_twin_only(cell: Any) -> bool:
     return bool(cell.get("metadata", {}).get("colab_twin"))
 
 
-def colab_notebook(notebook: Any) -> Any:
-    """The chapter's jupytext notebook made into its Colab twin, in place; returned for convenience."""
-    sentences = glue_sentences([cell.source for cell in notebook.cells if cell.cell_type == "markdown"])
+def _top_level_bindings(tree: ast.AST) -> set[str]:
+    """The names a cell binds at the notebook's top level: definitions, imports and assignments,
+    not the local names inside its functions and classes."""
+    bound: set[str] = set()
+    pending = list(ast.iter_child_nodes(tree))
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+            continue
+        if isinstance(node, ast.Lambda | ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp):
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.add(node.id)
+        pending.extend(ast.iter_child_nodes(node))
+    return bound
+
+
+def _loaded_names(tree: ast.AST) -> set[str]:
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+
+
+def _parse(source: str) -> ast.AST:
+    """A cell's code without IPython's % and ! lines."""
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+    return ast.parse(code)
+
+
+def without_solutions(markdown_cells: list[str]) -> list[str]:
+    """Markdown cells without the text of their solutions (from a solution-start directive to its
+    solution-end, which may close in a later cell)."""
+    kept: list[str] = []
+    inside = False
+    for source in markdown_cells:
+        lines: list[str] = []
+        for line in source.splitlines():
+            if re.match(r"^`{3,}\{solution-start\}", line):
+                inside = True
+            if not inside:
+                lines.append(line)
+            if re.match(r"^`{3,}\{solution-end\}", line):
+                inside = False
+        kept.append("\n".join(lines))
+    return kept
+
+
+def colab_notebook(notebook: Any, *, solutions: bool = True) -> Any:
+    """The chapter's jupytext notebook made into its Colab twin, in place; returned for convenience.
+
+    With ``solutions`` (the instructor's edition, which Colab opens from the page) each solution is
+    folded; without (the student's edition), its text and cells are left out, so the reader's
+    graders say "Not yet" until the reader writes the function."""
+    markdown = [cell.source for cell in notebook.cells if cell.cell_type == "markdown"]
+    sentences = glue_sentences(markdown if solutions else without_solutions(markdown))
     in_solution, exercise, exercise_titles = False, "", {}
+    # the student's edition: names that only a left-out solution binds, and those the kept cells bind
+    solution_only: set[str] = set()
+    main_bound: set[str] = set()
     for cell in notebook.cells:
         if cell.cell_type == "markdown":
             for match in re.finditer(r"^```\{exercise\} (.+)\n:label: (\S+)", cell.source, re.M):
                 exercise_titles[match[2]] = match[1].strip()
             for match in re.finditer(r"^```\{solution-start\} (\S+)", cell.source, re.M):
                 exercise = exercise_titles.get(match[1], match[1])
-            cell.source, in_solution = colab_markdown(cell.source, in_solution)
+            cell.source, in_solution = colab_markdown(cell.source, in_solution, solutions=solutions)
             if re.match(r"# ", cell.source) and GLUE_NOTE not in cell.source:
                 first, _, rest = cell.source.partition("\n")
                 cell.source = first + "\n\n" + GLUE_NOTE + ("\n" + rest if rest else "")
         elif cell.cell_type == "code":
             tags = list(cell.metadata.get("tags", []))
+            if not solutions:
+                tree = _parse(cell.source)
+                if in_solution:
+                    cell.metadata["colab_twin"] = "solution"  # left out below
+                    solution_only |= _top_level_bindings(tree) - main_bound
+                    continue
+                needs = _loaded_names(tree) & solution_only
+                if needs and "remove-cell" in tags:  # a hidden check of a solution's result
+                    cell.metadata["colab_twin"] = "solution"
+                    continue
+                if needs:
+                    raise ValueError(
+                        f"the student's edition keeps a cell that uses {', '.join(sorted(needs))}, which only a "
+                        f"solution defines: {cell.source[:80]!r}"
+                    )
+                main_bound |= _top_level_bindings(tree)
+                solution_only -= main_bound
             if in_solution and "remove-cell" not in tags:
                 fold(cell, f"Solution: {exercise}")
             elif any(tag in tags for tag in FOLDED_TAGS):
                 fold(cell, cell_title(cell.source, tags))
-    notebook.cells = [cell for cell in notebook.cells if cell.cell_type != "markdown" or cell.source.strip()]
+    notebook.cells = [
+        cell
+        for cell in notebook.cells
+        if (cell.cell_type != "markdown" or cell.source.strip()) and cell.metadata.get("colab_twin") != "solution"
+    ]
     if sentences:
         # after the bootstrap (which installs the package) when there is one, else before the first code cell
         code = [index for index, cell in enumerate(notebook.cells) if cell.cell_type == "code"]

@@ -1,4 +1,7 @@
-"""Write each chapter's Colab twin: ``book/<slug>.ipynb`` from ``book/<slug>.md``.
+"""Write each chapter's Colab twins from ``book/<slug>.md``: the instructor's edition
+``book/<slug>.ipynb`` (solutions folded; the page's Colab button opens it) and the student's edition
+``book/student/<slug>.ipynb`` (no solutions: the graders say "Not yet" until the reader's function
+passes).
 
 First, each chapter's hidden bootstrap cell is brought up to date (it installs the package release
 named by pyproject.toml's version, from the repository of _config.yml). The twin carries no outputs (it is regenerated from the text notebook), so
@@ -37,8 +40,15 @@ def with_current_bootstrap(chapter: Path) -> str:
     )
 
 
-def twin_text(chapter: Path) -> str:
-    notebook = colab_notebook(jupytext.read(chapter))
+STUDENT = BOOK / "student"
+
+
+def student_twin(chapter: Path) -> Path:
+    return STUDENT / f"{chapter.stem}.ipynb"
+
+
+def twin_text(chapter: Path, *, solutions: bool = True) -> str:
+    notebook = colab_notebook(jupytext.read(chapter), solutions=solutions)
     # Stable cell ids (nbformat draws random ones), so a twin changes only when its chapter does.
     for index, cell in enumerate(notebook.cells):
         cell.id = f"cell-{index}"
@@ -54,7 +64,9 @@ def main() -> int:
     if write_or_check(bootstraps, [], args.check, fix="run make sync") != 0:
         return 1
     expected = {chapter.with_suffix(".ipynb"): twin_text(chapter) for chapter in chapters()}
+    expected |= {student_twin(chapter): twin_text(chapter, solutions=False) for chapter in chapters()}
     orphans = [twin for twin in BOOK.glob("*.ipynb") if not twin.with_suffix(".md").exists()]
+    orphans += [twin for twin in STUDENT.glob("*.ipynb") if not (BOOK / f"{twin.stem}.md").exists()]
     return write_or_check(expected, orphans, args.check, fix="run make sync")
 
 

@@ -33,9 +33,9 @@ class Page:
     def html_file(self, html_root: Path) -> Path:
         return html_root / self.path
 
-    def colab_url(self) -> str:
+    def colab_url(self, *, student: bool = False) -> str:
         assert self.source is not None, f"{self.path} has no notebook"
-        return colab_url(self.source)
+        return colab_url(self.source, student=student)
 
 
 #: Every page of _toc.yml, in reading order.

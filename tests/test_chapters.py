@@ -15,15 +15,18 @@ Colab twin differs in is covered without executing every chapter a second time:
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from pathlib import Path
 
 import jupytext
+import nbformat
 import pytest
 from colab_twin import glue_sentences
 
-from chapters import ChapterFailed, execute_like_colab, toc_chapters
+from chapters import ChapterFailed, Execution, execute_like_colab, toc_chapters
+from sync_twins import student_twin
 
 pytestmark = pytest.mark.chapter
 
@@ -70,3 +73,59 @@ def test_chapter_runs_like_in_colab(chapter: Path) -> None:
         if re.fullmatch(r"(\w+) = -?\d+\.\d{5,}", line) and line.split()[0] in formatted
     ]
     assert not raw, f"{chapter.name}: Colab printed raw floats where the page formats them: {raw[:5]}"
+
+
+#: Quick chapters whose exercises have graders: their student's editions run here as a student would.
+GRADED_TWINS = ("scaled-dot-product", "batching", "label-smoothing")
+
+
+def graded_chapters() -> list[Path]:
+    return [chapter for chapter in toc_chapters() if chapter.stem in GRADED_TWINS]
+
+
+def printed(execution: Execution) -> str:
+    return "".join(
+        output.get("text", "")
+        for cell in execution.notebook.cells
+        for output in cell.get("outputs", [])
+        if output.get("output_type") == "stream"
+    )
+
+
+GRADE_CALL = re.compile(r"\bgrade\(\s*\"(\w+)\",\s*(\w+)\s*\)")
+
+
+def with_solutions_pasted(chapter: Path, student: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The student's edition as a student who pasted each solution in: before each cell that grades
+    the reader's function, the solution's code and the reader's name bound to the solution's function."""
+    cells = jupytext.read(chapter).cells
+    solutions: dict[str, str] = {}  # grader -> the solution cell that defines the function it grades
+    for cell in cells:
+        for grader, function in GRADE_CALL.findall(cell.source):
+            if not function.startswith("my_"):
+                defining = next(c.source for c in cells if re.search(rf"^def {function}\(", c.source, re.M))
+                solutions[grader] = f"{defining}\n\n{{reader}} = {function}\n"
+    pasted = copy.deepcopy(student)
+    for index in reversed(range(len(pasted.cells))):
+        cell = pasted.cells[index]
+        for grader, function in GRADE_CALL.findall(cell.source) if cell.cell_type == "code" else []:
+            pasted.cells.insert(index, nbformat.v4.new_code_cell(solutions[grader].format(reader=function)))
+    return pasted
+
+
+@pytest.mark.parametrize("chapter", graded_chapters(), ids=lambda chapter: chapter.stem)
+def test_the_students_edition_runs_its_graders_say_not_yet_and_pass_once_the_solutions_are_pasted(
+    chapter: Path, tmp_path: Path
+) -> None:
+    student = student_twin(chapter)
+    graders = [call for cell in nbformat.read(student, as_version=4).cells for call in GRADE_CALL.findall(cell.source)]
+    assert graders, f"{student.name} grades nothing"
+    try:
+        blank = printed(execute_like_colab(chapter, twin=student))
+        pasted_twin = tmp_path / student.name
+        nbformat.write(with_solutions_pasted(chapter, nbformat.read(student, as_version=4)), pasted_twin)
+        pasted = printed(execute_like_colab(chapter, twin=pasted_twin))
+    except ChapterFailed as failure:
+        pytest.fail(str(failure), pytrace=False)
+    assert blank.count("Not yet:") == len(graders) and "Passed:" not in blank, blank
+    assert pasted.count("Passed:") == len(graders) and "Not yet:" not in pasted, pasted

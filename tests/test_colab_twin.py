@@ -237,3 +237,62 @@ from transformer_book import glue
     assert code[1].source.startswith(f"#@title {colab_twin.GLUE_CELL_TITLE}\n")
     without = colab_notebook(jupytext.reads(text.replace("{glue:text}`score:.0%`", "well"), fmt="myst"))
     assert not any(colab_twin.is_twin_only(cell) for cell in without.cells)
+
+
+STUDENT_CHAPTER = """# A chapter
+
+It scores {glue:text}`score:.0%`.
+
+```{exercise} Try it
+:label: ex-try
+
+Write `my_f`.
+```
+
+```{code-cell} ipython3
+def my_f():
+    raise NotImplementedError("fill in")
+```
+
+```{solution-start} ex-try
+:class: dropdown
+```
+
+The answer is {glue:text}`answer:.1f`, because of this.
+
+```{code-cell} ipython3
+def f_solution():
+    return 1
+glue("answer", 1.0)
+```
+
+```{solution-end}
+```
+
+```{code-cell} ipython3
+:tags: [remove-cell]
+
+assert f_solution() == 1
+```
+
+```{code-cell} ipython3
+print(my_f)
+```
+"""
+
+
+def test_the_students_edition_leaves_out_solutions_and_the_checks_of_their_results() -> None:
+    student = colab_notebook(jupytext.reads(STUDENT_CHAPTER, fmt="myst"), solutions=False)
+    text = "\n".join(cell.source for cell in student.cells)
+    assert "f_solution" not in text and "because of this" not in text and "[[answer" not in text
+    assert colab_twin.SOLUTION_ELSEWHERE in text and "[[score:.0%]]" in text
+    code = [cell.source for cell in student.cells if cell.cell_type == "code" and not colab_twin.is_twin_only(cell)]
+    assert code == ['def my_f():\n    raise NotImplementedError("fill in")', "print(my_f)"]
+    instructor = colab_notebook(jupytext.reads(STUDENT_CHAPTER, fmt="myst"))
+    assert "f_solution" in "\n".join(cell.source for cell in instructor.cells)
+
+
+def test_the_students_edition_refuses_a_kept_cell_that_needs_a_solution() -> None:
+    chapter = STUDENT_CHAPTER.replace("print(my_f)", "print(f_solution())")
+    with pytest.raises(ValueError, match="only a solution defines"):
+        colab_notebook(jupytext.reads(chapter, fmt="myst"), solutions=False)

@@ -149,13 +149,21 @@ def test_export_recognises_a_hand_edited_module(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=ids)
-def test_colab_twin_is_in_sync_and_has_no_outputs(chapter: Path) -> None:
-    twin = chapter.with_suffix(".ipynb")
-    assert twin.exists(), f"{twin.name} is missing: run make sync"
-    assert twin.read_text() == sync_twins.twin_text(chapter), f"{twin.name} is stale: run make sync"
-    cells = json.loads(twin.read_text())["cells"]
-    with_outputs = [index for index, cell in enumerate(cells) if cell.get("outputs") or cell.get("execution_count")]
-    assert not with_outputs, f"{twin.name} carries outputs in cells {with_outputs}"
+def test_colab_twins_are_in_sync_and_have_no_outputs(chapter: Path) -> None:
+    """Both editions: the instructor's (book/<slug>.ipynb) and the student's (book/student/<slug>.ipynb)."""
+    for twin, solutions in [(chapter.with_suffix(".ipynb"), True), (sync_twins.student_twin(chapter), False)]:
+        name = twin.relative_to(chapter.parent).as_posix()
+        assert twin.exists(), f"{name} is missing: run make sync"
+        assert twin.read_text() == sync_twins.twin_text(chapter, solutions=solutions), f"{name} is stale: run make sync"
+        cells = json.loads(twin.read_text())["cells"]
+        with_outputs = [index for index, cell in enumerate(cells) if cell.get("outputs") or cell.get("execution_count")]
+        assert not with_outputs, f"{name} carries outputs in cells {with_outputs}"
+
+
+def test_every_student_edition_has_its_chapter() -> None:
+    assert sorted(path.stem for path in sync_twins.STUDENT.glob("*.ipynb")) == sorted(
+        chapter.stem for chapter in CHAPTERS
+    )
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=ids)
