@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import jupytext
 import nbformat
@@ -48,3 +49,30 @@ def test_bootstrap_installs_the_published_wheel(chapter: Path) -> None:
         addresses = [token.strip("\"',[]") for token in source.split() if "://" in token]
         assert addresses == [wheel_url()], f"{path.name}: the bootstrap installs {addresses}, not [{wheel_url()}]"
         assert '"--no-deps"' in source, f"{path.name}: the bootstrap would let pip replace Colab's torch"
+
+
+def test_the_launch_menu_offers_the_instructors_and_the_students_edition() -> None:
+    """_ext/site_assets.py renames the theme's Colab entry and adds the student's edition after it,
+    on a page whose student's edition exists; other pages keep the theme's menu."""
+    colab = {
+        "type": "link",
+        "text": "Colab",
+        "tooltip": "Launch on Colab",
+        "icon": "_static/images/logo_colab.png",
+        "url": "https://colab.research.google.com/github/o/r/blob/main/book/batching.ipynb",
+    }
+
+    def menu() -> dict[str, Any]:
+        return {"header_buttons": [{"type": "group", "label": "launch-buttons", "buttons": [dict(colab)]}]}
+
+    app = type("App", (), {"srcdir": str(ROOT)})()
+    context = menu()
+    site_assets._add_student_edition(app, "book/batching", "page.html", context, None)
+    buttons = context["header_buttons"][0]["buttons"]
+    assert [button["text"] for button in buttons] == ["Colab, instructor's edition", "Colab, student's edition"]
+    assert buttons[0]["url"] == colab["url"]
+    assert buttons[1]["url"] == "https://colab.research.google.com/github/o/r/blob/main/book/student/batching.ipynb"
+    assert (ROOT / "book" / "student" / "batching.ipynb").is_file()
+    other = menu()
+    site_assets._add_student_edition(app, "book/no-such-chapter", "page.html", other, None)
+    assert other == menu()
