@@ -21,6 +21,7 @@ from test_modern_decoder import without_float32_islands
 from transformers import LlamaForCausalLM
 
 from transformer_book.decoder_only import DecoderOnlyTransformer, validation_loss
+from transformer_book.instruction_tuning import with_new_tokens
 from transformer_book.modern_decoder import interleave_rotary_rows
 from transformer_book.pretraining import (
     BOOK_MODEL,
@@ -192,6 +193,49 @@ def test_transformers_reads_the_checkpoint_as_a_llama_with_the_same_logits(tiny:
     theirs = without_float32_islands(theirs)  # transformers computes RoPE and RMSNorm in float32 otherwise
     with torch.no_grad():
         assert (ours(ids) - theirs(ids).logits).abs().max() < 1e-10
+
+
+def test_new_tokens_grow_the_model_as_transformers_resize_token_embeddings_does(tiny: Tiny) -> None:
+    """with_new_tokens (instruction-tuning) against LlamaForCausalLM.resize_token_embeddings on the same
+    checkpoint, the new rows set to the old rows' mean in both: the same logits over every id, old and new."""
+    folder, ids = tiny.folder, tiny.ids
+    base = load_pretrained(folder)[0].double()
+    ours = with_new_tokens(base, 3)
+    theirs = LlamaForCausalLM.from_pretrained(folder, local_files_only=True, dtype=torch.float64).eval()
+    theirs = without_float32_islands(theirs)
+    old = theirs.get_input_embeddings().weight.detach().clone()
+    theirs.resize_token_embeddings(old.shape[0] + 3, mean_resizing=False)
+    with torch.no_grad():
+        theirs.get_input_embeddings().weight[old.shape[0] :] = old.mean(dim=0)
+    assert theirs.get_output_embeddings().weight is theirs.get_input_embeddings().weight  # tied in both
+    assert ours.generator.projection.weight is ours.target_embedding.embedding.weight
+    new_ids = torch.cat([ids, torch.arange(old.shape[0], old.shape[0] + 3).unsqueeze(0)], dim=1)[:, -TINY.context :]
+    with torch.no_grad():
+        assert ours(new_ids).shape[-1] == old.shape[0] + 3
+        assert (ours(new_ids) - theirs(new_ids).logits).abs().max() < 1e-10
+        # the old vocabulary's logits are the base model's, exactly
+        assert torch.equal(ours(ids)[..., : old.shape[0]], base(ids))
+
+
+def test_new_tokens_refuse_a_count_that_is_not_positive_and_ids_past_the_new_vocabulary(tiny: Tiny) -> None:
+    base = load_pretrained(tiny.folder)[0]
+    for count in (0, -1):
+        with pytest.raises(ValueError, match="count"):
+            with_new_tokens(base, count)
+    grown = with_new_tokens(base, 2)
+    vocab_size = base.target_embedding.vocab_size
+    with pytest.raises(ValueError):
+        grown(torch.tensor([[vocab_size + 2]]))
+    untied = DecoderOnlyTransformer(
+        vocab_size, d_model=8, num_heads=2, num_layers=1, d_ff=16, max_len=4, tie_embeddings=False
+    )
+    grown_untied = with_new_tokens(untied, 2)
+    assert grown_untied.generator.projection.weight is not grown_untied.target_embedding.embedding.weight
+    with torch.no_grad():
+        assert torch.equal(grown_untied.generator.projection.weight[-1], untied.generator.projection.weight.mean(dim=0))
+        assert torch.equal(
+            grown_untied.target_embedding.embedding.weight[-2], untied.target_embedding.embedding.weight.mean(dim=0)
+        )
 
 
 def test_a_trained_checkpoint_differs_from_a_fresh_model(tiny: Tiny) -> None:
