@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from chapters import ROOT, colab_url, is_notebook, toc_files
+from chapters import ROOT, colab_url, is_notebook, parts, toc_files
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,10 @@ NOTEBOOKS: list[Page] = [page for page in CHAPTERS if page.is_notebook]
 GENERATED: list[Page] = [Page("genindex.html"), Page("search.html")]
 #: ``index.html`` only redirects to the first chapter.
 REDIRECT = Page("index.html")
+#: The slides of each numbered Part, which _ext/slides.py makes from the built chapters.
+SLIDES: list[Page] = [Page(f"slides/part-{number}.html") for number in range(1, len(parts()) + 1)]
 #: Every page a reader can open, redirect aside.
-PAGES: list[Page] = CHAPTERS + GENERATED
+PAGES: list[Page] = CHAPTERS + GENERATED + SLIDES
 
 #: Folders of the html output that hold assets, not pages (the theme ships two HTML templates there).
 ASSET_FOLDERS = ("_static", "_sources", "_images")

@@ -20,8 +20,8 @@ import jupytext
 import pytest
 from bs4 import BeautifulSoup, Tag
 
-from built_site import PAGES, REDIRECT, Page, built_pages, page_id
-from chapters import part_chapters
+from built_site import PAGES, REDIRECT, SLIDES, Page, built_pages, page_id
+from chapters import part_chapters, parts
 
 if TYPE_CHECKING:
     from conftest import BookBuild
@@ -333,3 +333,27 @@ def test_site_publishes_this_commits_wheel(book_build: BookBuild) -> None:
     )
     changed = sorted(name for name in expected if files[name] != expected[name])
     assert not changed, f"the published wheel is not this commit's package: {changed} differ from src/"
+
+
+@pytest.mark.parametrize("page", SLIDES, ids=page_id)
+def test_each_parts_slides_show_its_chapters_figures_and_summaries(book_build: BookBuild, page: Page) -> None:
+    """_ext/slides.py: a title slide that links every chapter of the Part, then each chapter's aims,
+    its figures (the built images, with their captions) and its summary."""
+    soup = soup_of(built_page(book_build.html, page))
+    chapters = parts()[SLIDES.index(page)]
+    first = soup.select("section.slide")[0]
+    linked = {str(link["href"]) for link in first.find_all("a", href=True)}
+    assert linked == {f"../book/{chapter.stem}.html" for chapter in chapters}, f"{page.path} links {sorted(linked)}"
+    figures = soup.select("section.slide figure")
+    assert figures and all(figure.find("img") and figure.find("figcaption") for figure in figures), (
+        f"{page.path}: {len(figures)} figure slides, some without an image or a caption"
+    )
+    summaries = [heading for heading in soup.select("section.slide h2") if heading.get_text().endswith(": summary")]
+    assert len(summaries) == len(chapters), f"{page.path}: {len(summaries)} summaries for {len(chapters)} chapters"
+
+
+def test_the_course_plan_links_the_slides_of_every_part(book_build: BookBuild) -> None:
+    soup = soup_of(book_build.html / "book" / "course-plan.html")
+    linked = {str(link["href"]) for link in soup.find_all("a", href=True)}
+    missing = [page.path for page in SLIDES if f"../{page.path}" not in linked]
+    assert not missing, f"course-plan.html does not link {missing}"
