@@ -577,4 +577,5 @@ def myst_left(markdown: str) -> list[str]:
 
 
 def paths_of(book: Path = BOOK) -> list[Path]:
-    return sorted(book.glob("*.ipynb"))
+    """Every Colab twin: the instructor's editions, then the student's (book/student/)."""
+    return sorted(book.glob("*.ipynb")) + sorted((book / "student").glob("*.ipynb"))
