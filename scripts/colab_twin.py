@@ -284,7 +284,7 @@ def cell_title(source: str, tags: list[str]) -> str:
     if first.startswith("#") and not first.startswith("#!"):
         return first.lstrip("#: ").rstrip(".")
     try:
-        tree = ast.parse("\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))))
+        tree = _parse(source)
     except SyntaxError:
         tree = ast.Module(body=[], type_ignores=[])
     defined = [node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.ClassDef)]
@@ -468,7 +468,7 @@ def _loaded_names(tree: ast.AST) -> set[str]:
     return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
 
 
-def _parse(source: str) -> ast.AST:
+def _parse(source: str) -> ast.Module:
     """A cell's code without IPython's % and ! lines."""
     code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
     return ast.parse(code)

@@ -52,16 +52,11 @@ def test_chapter_runs_like_in_colab(chapter: Path) -> None:
         execution = execute_like_colab(chapter)
     except ChapterFailed as failure:
         pytest.fail(str(failure), pytrace=False)
-    stream = "".join(
-        output.get("text", "")
-        for cell in execution.notebook.cells
-        for output in cell.get("outputs", [])
-        if output.get("output_type") == "stream"
-    )
+    stream = printed(execution)
     # Without myst-nb, the book's glue() prints "key = value": proof that the fallback ran.
     keys = re.findall(r"\bglue\(\s*\"(\w+)\"", chapter.read_text())
-    printed = [key for key in keys if re.search(rf"^{key} = ", stream, re.M)]
-    assert printed or not keys, f"{chapter.name}: no glued value was printed, so glue's Colab fallback did not run"
+    printed_keys = [key for key in keys if re.search(rf"^{key} = ", stream, re.M)]
+    assert printed_keys or not keys, f"{chapter.name}: no glued value was printed, so glue's Colab fallback did not run"
     # A number that the page formats (54%, 1,234) prints formatted in Colab too, not as a raw float.
     markdown = [cell.source for cell in jupytext.read(chapter).cells if cell.cell_type == "markdown"]
     formatted = {
