@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import transformer_book.exercises_recurrence  # noqa: F401  (Part I's grader joins the registry on import)
 from chapters import ROOT, is_notebook
 from transformer_book.exercises import GRADERS, grade
 from transformer_book.label_smoothing import smoothed_targets
@@ -60,12 +61,45 @@ def encoding(num_positions: int, d_model: int, base: float, swap: bool = False, 
     return table.view(num_positions, -1, 2).flip(-1).flatten(-2) if swap else table
 
 
+def batched_rnn(
+    x: torch.Tensor, w_x: torch.Tensor, w_h: torch.Tensor, b: torch.Tensor, tanh: bool = True, carry: bool = False
+) -> torch.Tensor:
+    """The recurrence h_t = tanh(x_t W_x + h_{t-1} W_h + b) over time, all sequences of x (B, n, d) at once."""
+    h, states = x.new_zeros(x.shape[0], w_h.shape[0]), []
+    for t in range(x.shape[1]):
+        h = x[:, t] @ w_x + h @ w_h + b
+        h = torch.tanh(h) if tanh else h
+        states.append(h)
+    return torch.stack(states, dim=1)
+
+
+def unbatched_carrying_rnn(x: torch.Tensor, w_x: torch.Tensor, w_h: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """One sequence at a time, forgetting to reset the state between them."""
+    h, states = x.new_zeros(w_h.shape[0]), []
+    for sequence in x:
+        for x_t in sequence:
+            h = torch.tanh(x_t @ w_x + h @ w_h + b)
+            states.append(h)
+    return torch.stack(states).view(x.shape)
+
+
 def unfilled(*args: Any, **kwargs: Any) -> Any:
     raise NotImplementedError("fill in step 1")
 
 
 # name: (the solution, [(a buggy version, words its diagnosis must contain), ...])
 CASES: dict[str, tuple[Callable[..., Any], list[tuple[Callable[..., Any], str]]]] = {
+    "batched_rnn": (
+        batched_rnn,
+        [
+            (lambda x, w_x, w_h, b: batched_rnn(x, w_x, w_h, b, tanh=False), "tanh"),
+            (unbatched_carrying_rnn, "carries the state"),
+            (lambda x, w_x, w_h, b: batched_rnn(x, w_x, w_h, b)[:, -1], "last state alone"),
+            (lambda x, w_x, w_h, b: batched_rnn(x, w_x, w_h, b).transpose(0, 1), "along time"),
+            (lambda x, w_x, w_h, b: batched_rnn(x, w_x, w_h, 0 * b), "bias"),
+            (lambda x, w_x, w_h, b: batched_rnn(x, w_h, w_x, b), "swaps the weights"),
+        ],
+    ),
     "attention": (
         attention,
         [
@@ -190,7 +224,7 @@ def test_an_error_in_the_readers_function_is_named(capsys: pytest.CaptureFixture
 
 
 def test_bad_names_and_arguments_raise_clear_errors() -> None:
-    with pytest.raises(KeyError, match="the graders are: attention, label_smoothing"):
+    with pytest.raises(KeyError, match="the graders are: attention, batched_rnn, label_smoothing"):
         grade("atention", attention)
     with pytest.raises(TypeError, match="the function itself"):
         grade("attention", attention(np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1))))
