@@ -29,22 +29,24 @@ test: $(VENV)/.installed _build/.sync-stamp
 # unit tests and the source tests. Chapters, the Sphinx build, the browser and the rerun of the
 # pretraining's first steps are left to make test.
 check: $(VENV)/.installed _build/.sync-stamp
-	$(PY) -m pytest -m "not chapter and not build and not browser and not pretraining" --durations=5
+	$(PY) -m pytest -m "not chapter and not build and not browser and not pretraining and not assignments" --durations=5
 
-# Regenerate the package and the Colab twins from the chapters.
+# Regenerate the package, the Colab twins, the tables of README and course plan, and the assignments from the chapters.
 sync: $(VENV)/.installed
 	$(PY) scripts/export.py
 	$(PY) scripts/sync_twins.py
 	$(PY) scripts/reading_time.py --update-readme
 	$(PY) scripts/course_plan.py
+	$(PY) scripts/assignments.py
 	mkdir -p _build && touch _build/.sync-stamp
 
 # make book and make test do the same when a chapter (or the export scripts) changed.
-_build/.sync-stamp: $(CHAPTER_SOURCES) scripts/export.py scripts/sync_twins.py scripts/reading_time.py scripts/course_plan.py robustness-runs.jsonl pyproject.toml _config.yml | $(VENV)/.installed
+_build/.sync-stamp: $(CHAPTER_SOURCES) scripts/export.py scripts/sync_twins.py scripts/reading_time.py scripts/course_plan.py scripts/assignments.py robustness-runs.jsonl pyproject.toml _config.yml | $(VENV)/.installed
 	$(PY) scripts/export.py $(SYNC_FLAGS)
 	$(PY) scripts/sync_twins.py $(SYNC_FLAGS)
 	$(PY) scripts/reading_time.py $(if $(CI),--check,--update-readme)
 	$(PY) scripts/course_plan.py $(if $(CI),--check,)
+	$(PY) scripts/assignments.py $(SYNC_FLAGS)
 	mkdir -p _build && touch $@
 
 # Print each chapter's execution time and the total.
@@ -69,20 +71,25 @@ pretrain: $(VENV)/.installed
 benchmark: $(VENV)/.installed
 	$(PY) scripts/benchmark_training.py
 
-# Resolve requirements.txt into requirements.lock (exact versions and hashes): run after editing it.
+# Resolve requirements.txt into requirements.lock, and requirements-otter.txt into requirements-otter.lock
+# (exact versions and hashes): run after editing either.
 lock: $(VENV)/.installed
 	$(PY) scripts/lock.py
 
 # The locked packages with their hashes checked; then torch, pinned by version only, so a machine gets
 # the build it can use (CPU or CUDA); then the book's own package; pip check proves they fit together.
+# The assignments' autograder goes into a folder of its own, $(VENV)/otter, outside the book's environment
+# (requirements-otter.txt says why); only tests/test_assignments.py puts it on the path.
 # npm ci installs package-lock.json: MathJax, which the site serves itself, and axe-core for the tests.
 PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check
-$(VENV)/.installed: requirements.lock requirements.txt pyproject.toml package.json package-lock.json
+$(VENV)/.installed: requirements.lock requirements.txt requirements-otter.lock pyproject.toml package.json package-lock.json
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PIP_INSTALL) --require-hashes --no-deps -r requirements.lock
 	$(PIP_INSTALL) "$$(grep '^torch==' requirements.txt)"
 	$(PIP_INSTALL) --no-deps -e .
 	$(PY) -m pip check
+	rm -rf $(VENV)/otter
+	$(PIP_INSTALL) --require-hashes --no-deps --target $(VENV)/otter -r requirements-otter.lock
 	npm ci --no-audit --no-fund
 	touch $@
 

@@ -4,6 +4,7 @@ chosen in requirements.txt, and is what the tests run on."""
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import re
 from pathlib import Path
 
@@ -72,3 +73,14 @@ def test_tests_run_on_the_locked_packages() -> None:
     assert torch_version.public == CHOSEN["torch"], (
         f"torch {torch_version} is installed, requirements.txt pins {CHOSEN['torch']}"
     )
+
+
+def test_the_autograder_is_locked_apart_and_stays_out_of_the_books_environment() -> None:
+    """otter-grader and what it adds are pinned with hashes in requirements-otter.lock and installed in
+    .venv/otter; the chapters' kernels must not import ipywidgets, which it pulls in (their progress bars
+    would become widgets that the built pages cannot show)."""
+    otter_lock = (ROOT / "requirements-otter.lock").read_text()
+    added = pins(ROOT / "requirements-otter.lock")
+    assert ("otter-grader", "6.1.0", None) in added and otter_lock.count("--hash=sha256:") >= len(added)
+    assert not {name for name, _, _ in added} & {name for name, _, _ in LOCKED}, "a package is in both locks"
+    assert importlib.util.find_spec("ipywidgets") is None, "ipywidgets is importable in the book's environment"
