@@ -13,6 +13,7 @@ import fit_code
 import jupytext
 import pytest
 
+import assignments
 import chapters
 import export
 import reading_time
@@ -79,6 +80,16 @@ def test_a_chapters_cache_depends_on_every_module_it_reaches() -> None:
 
 def test_readme_shows_the_current_reading_times() -> None:
     assert reading_time.main(["--check"]) == 0, "README.md's reading-time table is stale: run make sync"
+
+
+def test_every_part_has_a_current_assignment() -> None:
+    """One otter-grader assignment per Part, as scripts/assignments.py writes it from the chapters
+    (tests/test_assignments.py grades them with otter itself)."""
+    written = assignments.expected()
+    assert sorted(written) == [assignments.assignment_path(n) for n in range(1, len(chapters.parts()) + 1)], (
+        "a Part has no graded exercise, so no assignment"
+    )
+    assert assignments.main(["--check"]) == 0, "an assignment in assignments/ is stale: run make sync"
 
 
 def test_the_course_plan_is_current_and_holds_every_chapter_once() -> None:
