@@ -9,6 +9,7 @@ from the sources, so the table cannot drift from the book:
   (they train nothing and check nothing that varies) say so;
 - exercises: the ``{exercise}`` directives of the week's chapters;
 - worksheet: the questions of the worksheet's groups for the Parts that begin that week;
+- assignment: the otter-grader assignment (``assignments/``) of each Part that ends that week;
 - builds on: the chapters of earlier weeks that the week's chapters link to with ``{doc}``::
 
     python scripts/course_plan.py           # write the table into book/course-plan.md (make sync does)
@@ -24,7 +25,8 @@ import statistics
 import sys
 
 import reading_time
-from chapters import BOOK, ROOT, part_chapters, parts
+from assignments import assignment_path
+from chapters import BOOK, ROOT, part_chapters, parts, repository_url
 
 PAGE = BOOK / "course-plan.md"
 RUNS = ROOT / "robustness-runs.jsonl"
@@ -98,16 +100,31 @@ def part_starts() -> dict[str, int]:
     return {chapters[0].stem: number for number, chapters in enumerate(parts(), start=1)}
 
 
+def part_ends() -> dict[str, int]:
+    """The last chapter of each numbered Part, and the Part's number."""
+    return {chapters[-1].stem: number for number, chapters in enumerate(parts(), start=1)}
+
+
+def assignment_link(number: int) -> str:
+    """Part number's assignment, on GitHub: an instructor downloads it and runs otter assign."""
+    path = assignment_path(number).relative_to(ROOT).as_posix()
+    return f"[Part {ROMAN_OF[number]}]({repository_url()}/blob/main/{path})"
+
+
+ROMAN_OF = {number: roman for roman, number in ROMAN.items()}
+
+
 def question_range(numbers: list[int]) -> str:
     return f"{numbers[0]}" if len(numbers) == 1 else f"{numbers[0]}–{numbers[-1]}"
 
 
 def table() -> str:
     check_weeks(WEEKS)
-    seconds, questions, starts = run_seconds(), worksheet_questions(), part_starts()
+    seconds, questions, starts, ends = run_seconds(), worksheet_questions(), part_starts(), part_ends()
     rows = [
-        "| week | theme | chapters | reading (min) | running, 2-core CPU (min) | exercises | worksheet | builds on |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| week | theme | chapters | reading (min) | running, 2-core CPU (min) | exercises | worksheet | assignment "
+        "| builds on |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     earlier: set[str] = set()
     for week, (theme, slugs) in enumerate(WEEKS, start=1):
@@ -120,11 +137,13 @@ def table() -> str:
         exercises = sum(len(EXERCISE.findall(source)) for source in sources.values())
         parts = [starts[slug] for slug in slugs if slug in starts]
         worksheet = ", ".join(question_range(questions[part]) for part in parts if questions.get(part)) or "–"
+        assignment = ", ".join(assignment_link(ends[slug]) for slug in slugs if slug in ends) or "–"
         linked = {target for source in sources.values() for target in DOC_LINK.findall(source)}
         builds_on = ", ".join(f"{{doc}}`{slug}`" for slug in sorted(linked & earlier)) or "–"
         chapters = ", ".join(f"{{doc}}`{slug}`" for slug in slugs)
         rows.append(
-            f"| {week} | {theme} | {chapters} | {minutes:.0f} | {running} | {exercises} | {worksheet} | {builds_on} |"
+            f"| {week} | {theme} | {chapters} | {minutes:.0f} | {running} | {exercises} | {worksheet} | {assignment} "
+            f"| {builds_on} |"
         )
         earlier.update(slugs)
     return "\n".join(rows)

@@ -21,7 +21,7 @@ import pytest
 from bs4 import BeautifulSoup, Tag
 
 from built_site import PAGES, REDIRECT, SLIDES, Page, built_pages, page_id
-from chapters import part_chapters, parts
+from chapters import part_chapters, parts, repository_url
 
 if TYPE_CHECKING:
     from conftest import BookBuild
@@ -357,3 +357,13 @@ def test_the_course_plan_links_the_slides_of_every_part(book_build: BookBuild) -
     linked = {str(link["href"]) for link in soup.find_all("a", href=True)}
     missing = [page.path for page in SLIDES if f"../{page.path}" not in linked]
     assert not missing, f"course-plan.html does not link {missing}"
+
+
+def test_the_course_plan_links_the_assignment_of_every_part(book_build: BookBuild) -> None:
+    soup = soup_of(book_build.html / "book" / "course-plan.html")
+    linked = {str(link["href"]) for link in soup.find_all("a", href=True)}
+    expected = [
+        f"{repository_url()}/blob/main/assignments/part-{number}.ipynb" for number in range(1, len(parts()) + 1)
+    ]
+    missing = [url for url in expected if url not in linked]
+    assert not missing, f"course-plan.html does not link the assignments {missing}"
