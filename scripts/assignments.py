@@ -206,6 +206,25 @@ def _test_cell(question: Question) -> nbformat.NotebookNode:
     return cell
 
 
+def _introduction(number: int, found: list[Question]) -> str:
+    """The assignment's title and what a student does with it."""
+    titles = ", ".join(dict.fromkeys(f"[`{q.chapter}`]({page_url(q.chapter)})" for q in found))
+    source = f"from {titles} in *The Transformer, Built Up*"
+    if len(found) == 1:
+        what = f"One exercise with a grader, {source}, worth one point. It uses the names its chapter defines"
+        task = "Complete the function"
+    else:
+        what = (
+            f"{len(found)} exercises with a grader, {source}, one point each. Each uses the names its chapter defines"
+        )
+        task = "Complete each function"
+    return (
+        f"# Part {ROMAN[number - 1]}: assignment\n\n{what}, so read the chapter first. {task} where it says "
+        "`raise NotImplementedError`, then run the cell below it: the book's grader says what passed, or what is "
+        "still wrong. Run every cell from the top before you hand the notebook in."
+    )
+
+
 def assignment(number: int, chapters: list[Path]) -> nbformat.NotebookNode | None:
     """Part number's master notebook, or None when its chapters have no graded exercise."""
     found = [question for chapter in chapters for question in questions(chapter)]
@@ -214,16 +233,9 @@ def assignment(number: int, chapters: list[Path]) -> nbformat.NotebookNode | Non
     setup = [line for question in found for line in question.setup]
     imports = sorted({line for line in setup if line.startswith(("import ", "from "))}, key=setup.index)
     definitions = [line for line in dict.fromkeys(setup) if line not in imports]
-    titles = ", ".join(dict.fromkeys(f"[`{q.chapter}`]({page_url(q.chapter)})" for q in found))
     cells = [
         _raw(_config(number)),
-        nbformat.v4.new_markdown_cell(
-            f"# Part {ROMAN[number - 1]}: assignment\n\n"
-            f"The graded exercises of {titles} in *The Transformer, Built Up*, {len(found)} "
-            f"in all, one point each. Complete each function where it says `raise NotImplementedError`, "
-            f"then run the cell below it: the book's grader says what passed, or what is still wrong. "
-            f"Run every cell from the top before you hand the notebook in."
-        ),
+        nbformat.v4.new_markdown_cell(_introduction(number, found)),
         nbformat.v4.new_code_cell(colab_bootstrap()),  # the chapters' own: the book's package
         nbformat.v4.new_code_cell("\n".join(imports) + ("\n\n\n" + "\n\n\n".join(definitions) if definitions else "")),
     ]
