@@ -1,8 +1,8 @@
 """Each Part's assignment, graded by otter-grader itself: ``otter assign`` builds the student's notebook
-and the autograder (and, with ``run_tests``, fails unless the solutions pass every test), then
-``otter run`` grades three notebooks with that autograder: the student's as handed out (no point),
-the student's with the book's solutions pasted in below each template, as a student would (every
-point), and the instructor's (every point)."""
+and the autograder, and with ``run_tests`` runs every test on the instructor's notebook, failing unless
+all pass; then ``otter run`` grades two notebooks with that autograder: the student's as handed out (no
+point) and the student's with the book's solutions pasted in below each template, as a student would
+(every point). The Parts are graded side by side, one per core: each step is mostly a kernel starting."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -59,27 +61,50 @@ def with_solutions_pasted(student: nbformat.NotebookNode, number: int) -> nbform
     return pasted
 
 
-@pytest.mark.parametrize("number", PARTS, ids=[f"part-{n}" for n in PARTS])
-def test_otter_grades_the_assignment(number: int, tmp_path: Path) -> None:
+@dataclass(frozen=True)
+class Graded:
+    """What otter made of one Part's assignment."""
+
+    assign: subprocess.CompletedProcess[str]
+    student: str  # the text of the student's notebook otter assign wrote
+    handed_out: tuple[float, float, str]  # otter run's score, most and feedback on it as handed out
+    filled: tuple[float, float, str]  # and with the solutions pasted in
+
+
+def grade_part(number: int, folder: Path) -> Graded:
     master = assignments.assignment_path(number)
-    dist = tmp_path / "dist"
+    dist = folder / "dist"
     assign = otter("assign", str(master), str(dist))
-    assert assign.returncode == 0, f"otter assign failed on {master.name} (the solutions must pass):\n{assign.stderr}"
+    if assign.returncode != 0:
+        return Graded(assign, "", (0, 0, ""), (0, 0, ""))
     (autograder,) = (dist / "autograder").glob("*.zip")
     student = dist / "student" / master.name
-    handed_out = nbformat.read(student, as_version=4)
-    assert "BEGIN SOLUTION" not in student.read_text() and "NotImplementedError" in student.read_text()
+    handed_out = otter_run(autograder, student, folder / "student")
+    filled = folder / "filled" / master.name
+    filled.parent.mkdir()
+    nbformat.write(with_solutions_pasted(nbformat.read(student, as_version=4), number), filled)
+    return Graded(assign, student.read_text(), handed_out, otter_run(autograder, filled, folder / "filled-out"))
 
-    score, most, feedback = otter_run(autograder, student, tmp_path / "student")
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Graded]:
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        futures = {n: pool.submit(grade_part, n, tmp_path_factory.mktemp(f"part-{n}")) for n in PARTS}
+        return {n: future.result() for n, future in futures.items()}
+
+
+@pytest.mark.parametrize("number", PARTS, ids=[f"part-{n}" for n in PARTS])
+def test_otter_grades_the_assignment(number: int, graded: dict[int, Graded]) -> None:
+    result = graded[number]
+    assert result.assign.returncode == 0, (
+        f"otter assign failed on part-{number} (the instructor's notebook must pass every test):\n{result.assign.stderr}"
+    )
+    assert "BEGIN SOLUTION" not in result.student and "NotImplementedError" in result.student
+
+    score, most, feedback = result.handed_out
     assert most == sum(len(assignments.questions(chapter)) for chapter in parts()[number - 1])
     assert score == 0, f"the student's notebook as handed out scored {score}/{most}:\n{feedback}"
     assert "Not yet" in feedback, "otter's feedback should carry the book grader's sentence"
 
-    filled = tmp_path / "filled" / master.name
-    filled.parent.mkdir()
-    nbformat.write(with_solutions_pasted(handed_out, number), filled)
-    score, most, feedback = otter_run(autograder, filled, tmp_path / "filled-out")
+    score, most, feedback = result.filled
     assert score == most, f"the student's notebook with the solutions pasted in scored {score}/{most}:\n{feedback}"
-
-    score, most, feedback = otter_run(autograder, dist / "autograder" / master.name, tmp_path / "instructor")
-    assert score == most, f"the instructor's notebook scored {score}/{most}:\n{feedback}"
