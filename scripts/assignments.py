@@ -14,7 +14,7 @@ exercise it takes from the chapter, and never from a copy:
 The names the template and the solution read (``np``, ``softmax_numpy``, ``causal_mask``, ...) are
 bound in a setup cell: the chapter's own import of each, or the chapter's definition of it.
 ``otter assign assignments/part-<n>.ipynb dist`` writes the student's notebook and the autograder
-(``tests/test_assignments.py`` runs it on every Part, then grades three copies with ``otter run``)::
+(``tests/test_assignments.py`` runs it on every Part, then grades two copies with ``otter run``)::
 
     python scripts/assignments.py          # write the assignments (make sync does)
     python scripts/assignments.py --check  # exit 1 if one is stale
