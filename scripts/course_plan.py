@@ -10,7 +10,8 @@ from the sources, so the table cannot drift from the book:
 - exercises: the ``{exercise}`` directives of the week's chapters;
 - worksheet: the questions of the worksheet's groups for the Parts that begin that week;
 - assignment: the otter-grader assignment (``assignments/``) of each Part that ends that week;
-- builds on: the chapters of earlier weeks that the week's chapters link to with ``{doc}``::
+- builds on (a list below the table): the chapters of earlier weeks that the week's chapters link to
+  with ``{doc}``::
 
     python scripts/course_plan.py           # write the table into book/course-plan.md (make sync does)
     python scripts/course_plan.py --check   # exit 1 if the page's table is stale
@@ -122,10 +123,11 @@ def table() -> str:
     check_weeks(WEEKS)
     seconds, questions, starts, ends = run_seconds(), worksheet_questions(), part_starts(), part_ends()
     rows = [
-        "| week | theme | chapters | reading (min) | running, 2-core CPU (min) | exercises | worksheet | assignment "
-        "| builds on |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| week | theme | chapters | reading (min) | running, 2-core CPU (min) | exercises | worksheet | assignment |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    # Below the table, not in it: the lists are long, and a ninth column pushed the table off a page's width.
+    prerequisites = ["", "Before each week, the chapters of earlier weeks that its chapters build on:", ""]
     earlier: set[str] = set()
     for week, (theme, slugs) in enumerate(WEEKS, start=1):
         sources = {slug: (BOOK / f"{slug}.md").read_text() for slug in slugs}
@@ -139,14 +141,16 @@ def table() -> str:
         worksheet = ", ".join(question_range(questions[part]) for part in parts if questions.get(part)) or "–"
         assignment = ", ".join(assignment_link(ends[slug]) for slug in slugs if slug in ends) or "–"
         linked = {target for source in sources.values() for target in DOC_LINK.findall(source)}
-        builds_on = ", ".join(f"{{doc}}`{slug}`" for slug in sorted(linked & earlier)) or "–"
+        if linked & earlier:
+            prerequisites.append(
+                f"- week {week}: " + ", ".join(f"{{doc}}`{slug}`" for slug in sorted(linked & earlier))
+            )
         chapters = ", ".join(f"{{doc}}`{slug}`" for slug in slugs)
         rows.append(
-            f"| {week} | {theme} | {chapters} | {minutes:.0f} | {running} | {exercises} | {worksheet} | {assignment} "
-            f"| {builds_on} |"
+            f"| {week} | {theme} | {chapters} | {minutes:.0f} | {running} | {exercises} | {worksheet} | {assignment} |"
         )
         earlier.update(slugs)
-    return "\n".join(rows)
+    return "\n".join(rows + prerequisites)
 
 
 def page_with(table_text: str) -> str:
