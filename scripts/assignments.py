@@ -34,10 +34,9 @@ import jupytext
 import nbformat
 from colab_twin import colab_markdown, page_url
 
-from chapters import ROOT, colab_bootstrap, parts, write_or_check
+from chapters import ROMAN_NUMERALS, ROOT, colab_bootstrap, parts, write_or_check
 
 ASSIGNMENTS = ROOT / "assignments"
-ROMAN = ["I", "II", "III", "IV", "V", "VI", "VII", "VIII", "IX", "X"]
 READER_CALL = re.compile(r'^reader_passed = grade\("(\w+)", (\w+)\)', re.M)
 SOLUTION_CALL = re.compile(r'^solution_passed = grade\("(\w+)", (\w+)\)', re.M)
 GRADE_IMPORT = re.compile(r"^from transformer_book\.\w+ import grade$", re.M)
@@ -219,7 +218,7 @@ def _introduction(number: int, found: list[Question]) -> str:
         )
         task = "Complete each function"
     return (
-        f"# Part {ROMAN[number - 1]}: assignment\n\n{what}, so read the chapter first. {task} where it says "
+        f"# Part {ROMAN_NUMERALS[number - 1]}: assignment\n\n{what}, so read the chapter first. {task} where it says "
         "`raise NotImplementedError`, then run the cell below it: the book's grader says what passed, or what is "
         "still wrong. Run every cell from the top before you hand the notebook in."
     )

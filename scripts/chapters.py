@@ -59,6 +59,10 @@ def toc_chapters() -> list[Path]:
     return [page for page in toc_files() if is_notebook(page)]
 
 
+#: The numbered Parts' numerals, Part I first.
+ROMAN_NUMERALS = ["I", "II", "III", "IV", "V", "VI", "VII", "VIII", "IX", "X"]
+
+
 def parts() -> list[list[Path]]:
     """The numbered Parts of ``_toc.yml`` (Part I to the last), each as its chapters in reading
     order: the preface and the appendices aside."""

@@ -27,7 +27,7 @@ import sys
 
 import reading_time
 from assignments import assignment_path
-from chapters import BOOK, ROOT, part_chapters, parts, repository_url
+from chapters import BOOK, ROMAN_NUMERALS, ROOT, part_chapters, parts, repository_url
 
 PAGE = BOOK / "course-plan.md"
 RUNS = ROOT / "robustness-runs.jsonl"
@@ -59,7 +59,7 @@ EXERCISE = re.compile(r"^```\{exercise\}", re.MULTILINE)
 DOC_LINK = re.compile(r"\{doc\}`(?:[^`<]*<)?([\w-]+)>?`")
 QUESTION = re.compile(r"^\*\*(\d+)\.\*\*", re.MULTILINE)
 WORKSHEET_PART = re.compile(r"^## Before Part ([IVX]+)\b", re.MULTILINE)
-ROMAN = {"I": 1, "II": 2, "III": 3, "IV": 4, "V": 5, "VI": 6, "VII": 7, "VIII": 8, "IX": 9, "X": 10}
+ROMAN = {numeral: number for number, numeral in enumerate(ROMAN_NUMERALS, start=1)}
 
 
 def check_weeks(weeks: list[tuple[str, list[str]]]) -> None:
@@ -109,10 +109,7 @@ def part_ends() -> dict[str, int]:
 def assignment_link(number: int) -> str:
     """Part number's assignment, on GitHub: an instructor downloads it and runs otter assign."""
     path = assignment_path(number).relative_to(ROOT).as_posix()
-    return f"[Part {ROMAN_OF[number]}]({repository_url()}/blob/main/{path})"
-
-
-ROMAN_OF = {number: roman for roman, number in ROMAN.items()}
+    return f"[Part {ROMAN_NUMERALS[number - 1]}]({repository_url()}/blob/main/{path})"
 
 
 def question_range(numbers: list[int]) -> str:
