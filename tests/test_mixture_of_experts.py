@@ -289,9 +289,13 @@ def test_wrong_input_width_is_refused() -> None:
         TopKRouter(8, 4, 2)(torch.randn(5, 6))
 
 
-def test_use_experts_refuses_a_model_without_decoder_layers_or_an_uneven_split() -> None:
+def test_use_experts_refuses_a_model_without_decoder_layers_an_uneven_split_or_a_bad_top_k() -> None:
     with pytest.raises(ValueError, match="no DecoderLayer"):
         use_experts(nn.Sequential(PositionwiseFeedForward(4, 8)), num_experts=2, top_k=1)
     model = DecoderOnlyTransformer(10, d_model=8, num_heads=2, num_layers=1, d_ff=15, max_len=4)
     with pytest.raises(ValueError, match="must divide d_ff"):
         use_experts(model, num_experts=4, top_k=2)
+    with pytest.raises(ValueError, match="top_k must be a positive integer"):
+        use_experts(model, num_experts=4, top_k=0)
+    with pytest.raises(ValueError, match="top_k must be at most num_experts"):
+        use_experts(model, num_experts=4, top_k=5)
