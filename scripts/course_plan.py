@@ -140,7 +140,7 @@ def table() -> str:
         linked = {target for source in sources.values() for target in DOC_LINK.findall(source)}
         if linked & earlier:
             prerequisites.append(
-                f"- week {week}: " + ", ".join(f"{{doc}}`{slug}`" for slug in sorted(linked & earlier))
+                f"- Week {week}: " + ", ".join(f"{{doc}}`{slug}`" for slug in sorted(linked & earlier))
             )
         chapters = ", ".join(f"{{doc}}`{slug}`" for slug in slugs)
         rows.append(
