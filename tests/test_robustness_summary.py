@@ -266,6 +266,11 @@ TRUE_FOR_EVERY_BRANCH: dict[tuple[str, str], str] = {
         "'agrees exactly' or 'agrees to 1e-07': the same agreement, exact or within float32 rounding of the sum "
         "taken in another order; the bound is checked"
     ),
+    ("mixture-of-experts", "glued: moe_equal_time_leaning"): (
+        "whether the dense model's fixed step count is fewer or more than equal time gives it on the machine "
+        "that ran it: a description of that machine's measured step times; the losses compared are the same "
+        "experiment on every machine, and their conclusions are checked"
+    ),
     ("translation", "glued: tl_year_sentence"): (
         "which source digit the best head reads each year digit from varies; every wording says the head "
         "copies the year, as the figure beside it shows"
