@@ -8,10 +8,12 @@ from the sources, so the table cannot drift from the book:
   ``robustness-runs.jsonl`` (the sweep machine, two runs at a time); chapters that are not swept
   (they train nothing and check nothing that varies) say so;
 - exercises: the ``{exercise}`` directives of the week's chapters;
-- worksheet: the questions of the worksheet's groups for the Parts that begin that week;
 - assignment: the otter-grader assignment (``assignments/``) of each Part that ends that week;
-- builds on (a list below the table): the chapters of earlier weeks that the week's chapters link to
-  with ``{doc}``::
+- below the table, per week: the worksheet's questions for the Parts that begin that week, and the
+  chapters of earlier weeks that the week's chapters link to with ``{doc}``.
+
+The table is kept narrow enough for a laptop's page (1280 pixels: about 690 of them for the page's
+text): seven short columns, and each chapter named by its title's first half, before the colon::
 
     python scripts/course_plan.py           # write the table into book/course-plan.md (make sync does)
     python scripts/course_plan.py --check   # exit 1 if the page's table is stale
@@ -112,6 +114,18 @@ def assignment_link(number: int) -> str:
     return f"[Part {ROMAN_NUMERALS[number - 1]}]({repository_url()}/blob/main/{path})"
 
 
+def short_title(slug: str) -> str:
+    """A chapter's title up to its colon ("Relative positions" for "Relative positions: RoPE and ALiBi"),
+    as a link: the full titles made the table's chapters column a tall, narrow stack of words."""
+    fenced = False
+    for line in (BOOK / f"{slug}.md").read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("# "):
+            return f"{{doc}}`{line[2:].split(':')[0].strip()} <{slug}>`"
+    raise ValueError(f"book/{slug}.md has no title (a line starting with '# ' outside code)")
+
+
 def question_range(numbers: list[int]) -> str:
     return f"{numbers[0]}" if len(numbers) == 1 else f"{numbers[0]}–{numbers[-1]}"
 
@@ -120,11 +134,16 @@ def table() -> str:
     check_weeks(WEEKS)
     seconds, questions, starts, ends = run_seconds(), worksheet_questions(), part_starts(), part_ends()
     rows = [
-        "| week | theme | chapters | reading (min) | running, 2-core CPU (min) | exercises | worksheet | assignment |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| week | theme | chapters | read (min) | run (min) | exercises | assignment |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    # Below the table, not in it: the lists are long, and a ninth column pushed the table off a page's width.
-    prerequisites = ["", "Before each week, the chapters of earlier weeks that its chapters build on:", ""]
+    # Below the table, not in it: the lists are long, and as columns they pushed the table off a page's width.
+    before = [
+        "",
+        "Before each week: the worksheet's questions to hand out, and the chapters of earlier weeks",
+        "that its chapters build on.",
+        "",
+    ]
     earlier: set[str] = set()
     for week, (theme, slugs) in enumerate(WEEKS, start=1):
         sources = {slug: (BOOK / f"{slug}.md").read_text() for slug in slugs}
@@ -135,19 +154,18 @@ def table() -> str:
             running += f" (+{len(slugs) - len(swept)} chapter{'s' * (len(slugs) - len(swept) > 1)} under 1)"
         exercises = sum(len(EXERCISE.findall(source)) for source in sources.values())
         parts = [starts[slug] for slug in slugs if slug in starts]
-        worksheet = ", ".join(question_range(questions[part]) for part in parts if questions.get(part)) or "–"
+        worksheet = ", ".join(question_range(questions[part]) for part in parts if questions.get(part))
         assignment = ", ".join(assignment_link(ends[slug]) for slug in slugs if slug in ends) or "–"
         linked = {target for source in sources.values() for target in DOC_LINK.findall(source)}
+        notes = [f"worksheet questions {worksheet}"] if worksheet else []
         if linked & earlier:
-            prerequisites.append(
-                f"- Week {week}: " + ", ".join(f"{{doc}}`{slug}`" for slug in sorted(linked & earlier))
-            )
-        chapters = ", ".join(f"{{doc}}`{slug}`" for slug in slugs)
-        rows.append(
-            f"| {week} | {theme} | {chapters} | {minutes:.0f} | {running} | {exercises} | {worksheet} | {assignment} |"
-        )
+            notes.append("builds on " + ", ".join(f"{{doc}}`{slug}`" for slug in sorted(linked & earlier)))
+        if notes:
+            before.append(f"- Week {week}: " + "; ".join(notes))
+        chapters = ", ".join(short_title(slug) for slug in slugs)
+        rows.append(f"| {week} | {theme} | {chapters} | {minutes:.0f} | {running} | {exercises} | {assignment} |")
         earlier.update(slugs)
-    return "\n".join(rows + prerequisites)
+    return "\n".join(rows + before)
 
 
 def page_with(table_text: str) -> str:

@@ -654,6 +654,26 @@ def test_front_page_opens_the_first_chapter(browser: Browser, site_url: str) -> 
     assert not network.problems(), f"{REDIRECT.path}:{listed(network.problems())}"
 
 
+def test_the_course_plan_fits_a_laptops_page(browser: Browser, site_url: str) -> None:
+    """At 1280 pixels (VIEWPORT), the course plan's table is no wider than the page's text: an
+    instructor reads every column without scrolling the table sideways, as the one of eight columns did not."""
+    network = Network()
+    context, tab = open_tab(browser, network)
+    try:
+        tab.goto(urljoin(site_url, "book/course-plan.html"), wait_until="load")
+        widths = tab.evaluate(
+            "() => { const table = document.querySelector('article table');"
+            " return [table.scrollWidth, table.parentElement.clientWidth]; }"
+        )
+    finally:
+        context.close()
+    table_width, text_width = widths
+    assert table_width <= text_width, (
+        f"course-plan.html: at {VIEWPORT['width']} pixels its table is {table_width} pixels wide, wider than the "
+        f"page's {text_width}: shorten a column in scripts/course_plan.py"
+    )
+
+
 def test_book_reads_from_disk(browser: Browser, book_build: BookBuild) -> None:
     """Opened from the folder itself (file://), with no server, the book shows its math and figures."""
     network = Network()
