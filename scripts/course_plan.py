@@ -27,6 +27,8 @@ import re
 import statistics
 import sys
 
+from colab_twin import page_titles
+
 import reading_time
 from assignments import assignment_path
 from chapters import BOOK, ROMAN_NUMERALS, ROOT, part_chapters, parts, repository_url
@@ -117,13 +119,7 @@ def assignment_link(number: int) -> str:
 def short_title(slug: str) -> str:
     """A chapter's title up to its colon ("Relative positions" for "Relative positions: RoPE and ALiBi"),
     as a link: the full titles made the table's chapters column a tall, narrow stack of words."""
-    fenced = False
-    for line in (BOOK / f"{slug}.md").read_text().splitlines():
-        if line.startswith("```"):
-            fenced = not fenced
-        elif not fenced and line.startswith("# "):
-            return f"{{doc}}`{line[2:].split(':')[0].strip()} <{slug}>`"
-    raise ValueError(f"book/{slug}.md has no title (a line starting with '# ' outside code)")
+    return f"{{doc}}`{page_titles()[slug].split(':')[0].strip()} <{slug}>`"
 
 
 def question_range(numbers: list[int]) -> str:
