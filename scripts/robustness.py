@@ -436,6 +436,14 @@ def main(arguments: list[str]) -> int:
         "--from-runs", type=Path, nargs="+", help="summarise these saved runs (of --runs-out) instead of running"
     )
     options = parser.parse_args(arguments)
+    # --from-runs takes every path after it, so a chapter written after the runs files lands among them
+    # and would be read as JSON lines (or, unread, leave every chapter's runs to be summarised).
+    misplaced = [path for path in options.from_runs or [] if path.suffix == ".md"]
+    if misplaced:
+        parser.error(
+            f"--from-runs takes runs files (JSON lines), not chapters: {', '.join(map(str, misplaced))}; "
+            "name the chapters before it: robustness.py book/x.md --from-runs runs.jsonl"
+        )
 
     chapters = [Path(chapter).resolve() for chapter in options.chapters] or swept_chapters()
     start = time.perf_counter()

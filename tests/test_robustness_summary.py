@@ -365,3 +365,13 @@ def test_a_new_sweep_drops_the_runs_that_no_longer_count_and_keeps_the_rest(tmp_
     runs.write_text("".join(json.dumps(run) + "\n" for run in (current, stale, other_chapter)))
     robustness.drop_stale_runs(runs, SWEPT[:1])
     assert [json.loads(line) for line in runs.read_text().splitlines()] == [current, other_chapter]
+
+
+def test_a_chapter_given_after_from_runs_is_refused_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse gives --from-runs every path after it: a chapter there was read as a runs file and
+    # failed with a JSON error that named neither the chapter nor the fix.
+    with pytest.raises(SystemExit) as exited:
+        robustness.main(["--from-runs", str(robustness.RUNS), "book/training.md"])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert "not chapters: book/training.md" in error and "name the chapters before it" in error
