@@ -45,7 +45,14 @@ def test_every_page_is_read_once_and_the_longest_first() -> None:
 
 
 def read_order(batches: list[list[str]], nproc: int) -> list[str]:
-    """The order in which Sphinx's own ParallelTasks starts reading the batches (each a short sleep)."""
+    """The order in which Sphinx's own ParallelTasks starts reading the batches.
+
+    Each reader writes its page down as it starts, then sleeps: the k-th to start sleeps 0.3 (k + 1) s,
+    so that no two workers free up together and every later start is 0.3 s or more after the one
+    before. With equal sleeps, two workers freed at once started the next two pages so close together
+    that a loaded machine wrote them down in the other order (a CI run failed so)."""
+    import fcntl
+
     from sphinx.util.parallel import ParallelTasks
 
     with tempfile.TemporaryDirectory() as folder:
@@ -53,9 +60,11 @@ def read_order(batches: list[list[str]], nproc: int) -> list[str]:
         started.touch()
 
         def read(batch: list[str]) -> None:
-            with started.open("a") as record:
+            with started.open("r+") as record:
+                fcntl.flock(record, fcntl.LOCK_EX)  # count and write as one step
+                rank = len(record.read().split())
                 record.write(batch[0] + "\n")
-            time.sleep(0.2)
+            time.sleep(0.3 * (rank + 1))
 
         tasks = ParallelTasks(nproc)
         for batch in batches:
