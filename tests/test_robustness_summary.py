@@ -283,6 +283,21 @@ TRUE_FOR_EVERY_BRANCH: dict[tuple[str, str], str] = {
         "the full ranking at the longest length, as data: learned and sinusoidal positions, both near chance "
         "there (checked), swap places; the conclusion drawn, RoPE first, is checked"
     ),
+    ("efficient-attention", "glued: flash_time_sentence"): (
+        "'On this machine our Python loop was faster (or slower) than the naive formula': a description of the "
+        "machine's timings, printed beside them: faster at one thread (both CPUs swept), slower at two and four on "
+        "the Xeon, where the naive formula's large products use the threads. What the text goes on to say (the "
+        "same multiply-adds; the loop saves memory traffic and pays per tile) holds either way"
+    ),
+    ("precision-and-memory", "glued: precision_paper_duration"): (
+        "the paper's training time at the rate this run measured, written in days or, past a year, in years: "
+        "a description of the machine, followed by its order of magnitude in seconds"
+    ),
+    ("translation", "glued: tl_weekday_clause"): (
+        "how much attention the abbreviated example's weekday draws in the figure beside it (almost none, or a "
+        "share given as a number): a description of this run's map; the exercise below measures whether the model "
+        "uses it"
+    ),
     ("vision-transformer", "glued: vit_best_sentence"): (
         "which model is best at each size, as data: the paragraph goes on 'one run per model and size is one "
         "draw', and the conclusions drawn (the CNN ahead on few images, its lead shrinking) are checked"
