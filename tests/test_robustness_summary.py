@@ -285,9 +285,9 @@ TRUE_FOR_EVERY_BRANCH: dict[tuple[str, str], str] = {
     ),
     ("efficient-attention", "glued: flash_time_sentence"): (
         "'On this machine our Python loop was faster (or slower) than the naive formula': a description of the "
-        "machine's timings, printed beside them: faster at one thread (both CPUs swept), slower at two and four on "
-        "the Xeon, where the naive formula's large products use the threads. What the text goes on to say (the "
-        "same multiply-adds; the loop saves memory traffic and pays per tile) holds either way"
+        "machine's timings, printed beside them: faster on the AMD EPYC (1 and 2 threads) and at 1 thread on the "
+        "Xeon, slower at 2 and 4 threads on the Xeon. What the text goes on to say (the same multiply-adds; the "
+        "loop saves memory traffic and pays per tile) holds either way"
     ),
     ("precision-and-memory", "glued: precision_paper_duration"): (
         "the paper's training time at the rate this run measured, written in days or, past a year, in years: "
