@@ -120,7 +120,10 @@ def _setup(template: ast.AST, solution: ast.AST, bound: dict[str, tuple[str, ast
 
 def questions(chapter: Path) -> list[Question]:
     """The graded exercises of chapter, in reading order."""
-    from transformer_book import exercises_recurrence  # noqa: F401  (registers Part I's grader)
+    from transformer_book import (
+        exercises_reasoning,  # noqa: F401  (registers Part IX's grader)
+        exercises_recurrence,  # noqa: F401  (registers Part I's grader)
+    )
     from transformer_book.exercises import GRADERS
 
     cells = jupytext.read(chapter).cells

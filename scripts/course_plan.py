@@ -56,7 +56,7 @@ WEEKS: list[tuple[str, list[str]]] = [
     ("Scaling laws and many devices", ["scaling-laws", "parallel-training"]),
     ("Real models", ["gpt2", "modern-decoder", "mixture-of-experts"]),
     ("Pretraining, its recipe, and fine-tuning", ["pretraining", "recipes", "fine-tuning"]),
-    ("Instructions and preferences", ["instruction-tuning", "preference-tuning"]),
+    ("Instructions, preferences and worked steps", ["instruction-tuning", "preference-tuning", "worked-steps"]),
 ]
 
 EXERCISE = re.compile(r"^```\{exercise\}", re.MULTILINE)

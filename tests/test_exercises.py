@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import transformer_book.exercises_reasoning  # noqa: F401  (Part IX's grader joins the registry on import)
 import transformer_book.exercises_recurrence  # noqa: F401  (Part I's grader joins the registry on import)
 from chapters import ROOT, is_notebook
 from transformer_book.exercises import GRADERS, grade
@@ -81,6 +82,15 @@ def unbatched_carrying_rnn(x: torch.Tensor, w_x: torch.Tensor, w_h: torch.Tensor
             h = torch.tanh(x_t @ w_x + h @ w_h + b)
             states.append(h)
     return torch.stack(states).view(x.shape)
+
+
+def weekday_steps(start: int, days: tuple[int, ...], from_start: bool = False, modulo: int = 7) -> list[int]:
+    """The weekday (0 = Monday) after each move of a meeting first on weekday start."""
+    weekday, steps = start, []
+    for move in days:
+        weekday = ((start if from_start else weekday) + move) % modulo
+        steps.append(weekday)
+    return steps
 
 
 def unfilled(*args: Any, **kwargs: Any) -> Any:
@@ -177,6 +187,17 @@ CASES: dict[str, tuple[Callable[..., Any], list[tuple[Callable[..., Any], str]]]
             (lambda x, w, b, A, B, alpha: x @ w.T + b + alpha * (x @ A.T @ B.T), "not by alpha"),
             (lambda x, w, b, A, B, alpha: x @ w.T + alpha / A.shape[0] * (x @ A.T @ B.T), "bias"),
             (lambda x, w, b, A, B, alpha: x @ w.T + b + alpha / A.shape[0] * (x @ B @ A), "Your function raised"),
+        ],
+    ),
+    "weekday_steps": (
+        weekday_steps,
+        [
+            (lambda start, days: weekday_steps(start, days, from_start=True), "adds each move to the first weekday"),
+            (lambda start, days: weekday_steps(start, days)[-1:], "answer alone"),
+            (lambda start, days: [start, *weekday_steps(start, days)], "starts with the first weekday"),
+            (lambda start, days: weekday_steps(start, days, modulo=10**6), "modulo"),
+            (lambda start, days: weekday_steps(start, days, modulo=6), "you wrote"),
+            (lambda start, days: tuple(weekday_steps(start, days))[0], "return a list"),
         ],
     ),
     "rope": (
