@@ -1,4 +1,4 @@
-"""Write the course plan's table into book/course-plan.md: thirteen weeks built from the chapters.
+"""Write the course plan's table into book/course-plan.md: fourteen weeks built from the chapters.
 
 The weeks are the one thing written by hand (WEEKS below). Everything else in a week's row is read
 from the sources, so the table cannot drift from the book:
@@ -38,7 +38,7 @@ RUNS = ROOT / "robustness-runs.jsonl"
 WORKSHEET = BOOK / "worksheet.md"
 BEGIN, END = "<!-- course-plan: begin -->", "<!-- course-plan: end -->"
 
-#: Thirteen weeks, in reading order: each a theme and its chapters. Every chapter of a numbered Part
+#: Fourteen weeks, in reading order: each a theme and its chapters. Every chapter of a numbered Part
 #: appears once, in the order of _toc.yml.
 WEEKS: list[tuple[str, list[str]]] = [
     (
@@ -56,7 +56,8 @@ WEEKS: list[tuple[str, list[str]]] = [
     ("Scaling laws and many devices", ["scaling-laws", "parallel-training"]),
     ("Real models", ["gpt2", "modern-decoder", "mixture-of-experts"]),
     ("Pretraining, its recipe, and fine-tuning", ["pretraining", "recipes", "fine-tuning"]),
-    ("Instructions, preferences and worked steps", ["instruction-tuning", "preference-tuning", "worked-steps"]),
+    ("Instructions and preferences", ["instruction-tuning", "preference-tuning"]),
+    ("Reasoning: worked steps and test-time compute", ["worked-steps", "test-time-compute"]),
 ]
 
 EXERCISE = re.compile(r"^```\{exercise\}", re.MULTILINE)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 import transformer_book.exercises_reasoning  # noqa: F401  (Part IX's grader joins the registry on import)
 import transformer_book.exercises_recurrence  # noqa: F401  (Part I's grader joins the registry on import)
+import transformer_book.exercises_sampling  # noqa: F401  (test-time-compute's grader joins the registry on import)
 from chapters import ROOT, is_notebook
 from transformer_book.exercises import GRADERS, grade
 from transformer_book.label_smoothing import smoothed_targets
@@ -198,6 +199,17 @@ CASES: dict[str, tuple[Callable[..., Any], list[tuple[Callable[..., Any], str]]]
             (lambda start, days: weekday_steps(start, days, modulo=10**6), "modulo"),
             (lambda start, days: weekday_steps(start, days, modulo=6), "you wrote"),
             (lambda start, days: tuple(weekday_steps(start, days))[0], "return a list"),
+        ],
+    ),
+    "pass_at_k": (
+        lambda n, c, k: 1.0 - math.comb(n - c, k) / math.comb(n, k),
+        [
+            (lambda n, c, k: 1.0 - (1.0 - c / n) ** k, "with replacement"),
+            (lambda n, c, k: c / n, "gives pass@1"),
+            (lambda n, c, k: math.comb(n - c, k) / math.comb(n, k), "all k are wrong"),
+            (lambda n, c, k: math.comb(c, k) / math.comb(n, k), "every one of the k"),
+            (lambda n, c, k: 1.0 - math.comb(n - c, k - 1) / math.comb(n, k - 1) if k > 1 else c / n, "you gave"),
+            (lambda n, c, k: f"{1.0 - math.comb(n - c, k) / math.comb(n, k):.3f}", "return a number"),
         ],
     ),
     "rope": (

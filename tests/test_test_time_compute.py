@@ -1,0 +1,108 @@
+"""test-time-compute's exported code: pass@k against counting every draw, the vote's tie rule, the
+program's verdicts on steps, the verifier's rows, and sampling that repeats with its generator."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from datetime import date
+
+import pytest
+import torch
+
+from transformer_book.decoder_only import DecoderOnlyTransformer
+from transformer_book.instruction_tuning import IGNORE_INDEX
+from transformer_book.test_time_compute import (
+    final_answer,
+    majority_vote,
+    pass_at_k,
+    sample_answers,
+    step_labels,
+    steps_right,
+    verifier_rows,
+)
+from transformer_book.worked_steps import MOST_MOVES, PROMPT_LENGTH, TOKEN_ID, VOCABULARY, Moves, random_moves
+
+MONDAY = date(2026, 12, 7)
+
+
+def ids(*tokens: str) -> list[int]:
+    return [TOKEN_ID[token] for token in tokens]
+
+
+@pytest.mark.parametrize(("samples", "right", "k"), [(6, 2, 1), (6, 2, 3), (7, 3, 4), (5, 0, 2), (5, 5, 5), (8, 1, 8)])
+def test_pass_at_k_is_the_fraction_of_k_subsets_holding_a_right_answer(samples: int, right: int, k: int) -> None:
+    answers = [True] * right + [False] * (samples - right)
+    subsets = list(itertools.combinations(answers, k))
+    counted = sum(any(subset) for subset in subsets) / len(subsets)
+    assert pass_at_k(samples, right, k) == pytest.approx(counted, abs=1e-12)
+
+
+@pytest.mark.parametrize(("samples", "right", "k"), [(4, 5, 1), (4, -1, 1), (4, 2, 0), (4, 2, 5)])
+def test_pass_at_k_names_impossible_counts(samples: int, right: int, k: int) -> None:
+    with pytest.raises(ValueError, match=f"samples={samples}, right={right}, k={k}"):
+        pass_at_k(samples, right, k)
+
+
+def test_pass_at_k_does_not_overflow_for_many_samples() -> None:
+    expected = 1 - math.comb(9000, 500) / math.comb(10_000, 500)
+    assert pass_at_k(10_000, 1000, 500) == pytest.approx(expected, rel=1e-9)
+
+
+def test_the_vote_takes_the_most_frequent_answer_and_breaks_ties_by_the_first_drawn() -> None:
+    assert majority_vote(["Tue", "Mon", "Mon"]) == "Mon"
+    assert majority_vote(["Sun", "Mon", "Mon", "Sun"]) == "Sun"
+    assert majority_vote(["", "Fri"]) == ""
+
+
+def test_the_final_answer_is_the_last_weekday_written() -> None:
+    assert final_answer(ids("Thu", "Tue", "Thu")) == "Thu"
+    assert final_answer(ids("Thu", "+3", "_")) == "Thu"
+    assert final_answer(ids("+3")) == ""
+
+
+def test_step_labels_judge_each_step_from_the_step_written_before_it() -> None:
+    question = Moves(MONDAY, (3, 5, 2))  # Thu, Tue, Thu
+    assert step_labels(question, ids("Thu", "Tue", "Thu")) == [1, 1, 1, 1]
+    assert steps_right(question, ids("Thu", "Tue", "Thu"))
+    # a wrong first step; the second adds its move to it, so only the first is wrong, and the answer too
+    assert step_labels(question, ids("Fri", "Wed", "Fri")) == [0, 1, 1, 1]
+    assert not steps_right(question, ids("Fri", "Wed", "Fri"))
+    # one step too many, or too few: the last verdict is on the length
+    assert step_labels(question, ids("Thu", "Tue", "Thu", "Fri")) == [1, 1, 1, 0, 0]
+    assert step_labels(question, ids("Thu", "Tue")) == [1, 1, 0]
+    # a token that is no weekday is wrong, and the next step is judged from the last weekday before it
+    assert step_labels(question, ids("+3", "Tue", "Thu")) == [0, 0, 1, 1]
+    assert step_labels(question, ids("Thu", "+5", "Sat")) == [1, 0, 1, 1]
+
+
+def test_verifier_rows_hold_each_answer_and_put_the_verdicts_at_its_steps_and_end() -> None:
+    question = Moves(MONDAY, (3, 5, 2))
+    answers = [ids("Thu", "Tue", "Thu"), ids("Fri")]
+    rows, labels = verifier_rows([question], [answers])
+    assert rows.shape == labels.shape == (2, PROMPT_LENGTH + MOST_MOVES + 1)
+    assert rows[0, PROMPT_LENGTH : PROMPT_LENGTH + 4].tolist() == ids("Thu", "Tue", "Thu", ".")
+    assert labels[0, PROMPT_LENGTH : PROMPT_LENGTH + 4].tolist() == [1, 1, 1, 1]
+    assert labels[1, PROMPT_LENGTH : PROMPT_LENGTH + 2].tolist() == [0, 0]
+    assert (labels[:, :PROMPT_LENGTH] == IGNORE_INDEX).all() and (labels[1, PROMPT_LENGTH + 2 :] == IGNORE_INDEX).all()
+
+
+def test_sampling_repeats_with_its_generator_and_greedy_needs_none() -> None:
+    torch.manual_seed(0)
+    model = DecoderOnlyTransformer(
+        len(VOCABULARY), d_model=16, num_heads=2, num_layers=1, d_ff=32, max_len=PROMPT_LENGTH + MOST_MOVES + 1
+    ).eval()
+    questions = [random_moves(3, random.Random(seed), test=True) for seed in range(3)]
+    first = sample_answers(model, questions, samples=4, temperature=1.0, rng=torch.Generator().manual_seed(1))
+    again = sample_answers(model, questions, samples=4, temperature=1.0, rng=torch.Generator().manual_seed(1))
+    assert first == again and len(first) == 3 and all(len(group) == 4 for group in first)
+    assert all(len(answer) <= MOST_MOVES + 1 for group in first for answer in group)
+    greedy = sample_answers(model, questions)
+    assert [len(group) for group in greedy] == [1, 1, 1]
+    from transformer_book.worked_steps import prompt_tokens
+
+    prompt = torch.tensor([[TOKEN_ID[t] for t in prompt_tokens(questions[0])]])
+    with torch.no_grad():
+        first_choice = int(model(prompt)[0, -1].argmax())
+    assert (greedy[0][0] or [TOKEN_ID["."]])[0] == first_choice
