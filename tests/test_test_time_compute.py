@@ -22,7 +22,15 @@ from transformer_book.test_time_compute import (
     steps_right,
     verifier_rows,
 )
-from transformer_book.worked_steps import MOST_MOVES, PROMPT_LENGTH, TOKEN_ID, VOCABULARY, Moves, random_moves
+from transformer_book.worked_steps import (
+    MOST_MOVES,
+    PROMPT_LENGTH,
+    TOKEN_ID,
+    VOCABULARY,
+    Moves,
+    prompt_tokens,
+    random_moves,
+)
 
 MONDAY = date(2026, 12, 7)
 
@@ -100,8 +108,6 @@ def test_sampling_repeats_with_its_generator_and_greedy_needs_none() -> None:
     assert all(len(answer) <= MOST_MOVES + 1 for group in first for answer in group)
     greedy = sample_answers(model, questions)
     assert [len(group) for group in greedy] == [1, 1, 1]
-    from transformer_book.worked_steps import prompt_tokens
-
     prompt = torch.tensor([[TOKEN_ID[t] for t in prompt_tokens(questions[0])]])
     with torch.no_grad():
         first_choice = int(model(prompt)[0, -1].argmax())
