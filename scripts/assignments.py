@@ -123,6 +123,7 @@ def questions(chapter: Path) -> list[Question]:
     from transformer_book import (
         exercises_reasoning,  # noqa: F401  (registers Part IX's grader)
         exercises_recurrence,  # noqa: F401  (registers Part I's grader)
+        exercises_rewards,  # noqa: F401  (registers verifiable-rewards' grader)
         exercises_sampling,  # noqa: F401  (registers test-time-compute's grader)
     )
     from transformer_book.exercises import GRADERS

@@ -57,7 +57,10 @@ WEEKS: list[tuple[str, list[str]]] = [
     ("Real models", ["gpt2", "modern-decoder", "mixture-of-experts"]),
     ("Pretraining, its recipe, and fine-tuning", ["pretraining", "recipes", "fine-tuning"]),
     ("Instructions and preferences", ["instruction-tuning", "preference-tuning"]),
-    ("Reasoning: worked steps and test-time compute", ["worked-steps", "test-time-compute"]),
+    (
+        "Reasoning: worked steps, test-time compute and verifiable rewards",
+        ["worked-steps", "test-time-compute", "verifiable-rewards"],
+    ),
 ]
 
 EXERCISE = re.compile(r"^```\{exercise\}", re.MULTILINE)

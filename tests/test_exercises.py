@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 import transformer_book.exercises_reasoning  # noqa: F401  (Part IX's grader joins the registry on import)
 import transformer_book.exercises_recurrence  # noqa: F401  (Part I's grader joins the registry on import)
+import transformer_book.exercises_rewards  # noqa: F401  (verifiable-rewards' grader joins the registry on import)
 import transformer_book.exercises_sampling  # noqa: F401  (test-time-compute's grader joins the registry on import)
 from chapters import ROOT, is_notebook
 from transformer_book.exercises import GRADERS, grade
@@ -210,6 +211,20 @@ CASES: dict[str, tuple[Callable[..., Any], list[tuple[Callable[..., Any], str]]]
             (lambda n, c, k: math.comb(c, k) / math.comb(n, k), "every one of the k"),
             (lambda n, c, k: 1.0 - math.comb(n - c, k - 1) / math.comb(n, k - 1) if k > 1 else c / n, "you gave"),
             (lambda n, c, k: f"{1.0 - math.comb(n - c, k) / math.comb(n, k):.3f}", "return a number"),
+        ],
+    ),
+    "group_advantages": (
+        lambda r: (r - r.mean(dim=1, keepdim=True)) / (r.std(dim=1, keepdim=True) + 1e-4),
+        [
+            (lambda r: r - r.mean(dim=1, keepdim=True), "does not divide"),
+            (lambda r: (r - r.mean(dim=1, keepdim=True)) / (r.std() + 1e-4), "of the whole batch, not of each group"),
+            (lambda r: (r - r.mean()) / (r.std(dim=1, keepdim=True) + 1e-4), "mean of the whole batch"),
+            (lambda r: (r - r.mean(dim=1, keepdim=True)) / (r.std(dim=1, keepdim=True, correction=0) + 1e-4),
+             "population standard deviation"),
+            (lambda r: r / (r.std(dim=1, keepdim=True) + 1e-4), "without subtracting the mean"),
+            (lambda r: (r - r.mean(dim=1, keepdim=True)) / r.std(dim=1, keepdim=True), "without adding 1e-4"),
+            (lambda r: (r - r.mean(dim=1, keepdim=True)).flatten(), "shape"),
+            (lambda r: ((r - r.mean(dim=1, keepdim=True)) / (r.std(dim=1, keepdim=True) + 1e-4)).tolist(), "return a tensor"),
         ],
     ),
     "rope": (
