@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,11 +91,21 @@ def build_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return output
 
 
-@pytest.fixture(scope="session")
-def book_build(tmp_path_factory: pytest.TempPathFactory) -> BookBuild:
-    """Build the book once, exactly as `make book` does (scripts/build_book.py, several chapters at once)
-    but into a fresh folder, so no cache is reused."""
-    output = build_output(tmp_path_factory)
+@dataclass
+class StartedBuild:
+    """A build of the book running in the background, its output going to ``output/console.log``."""
+
+    process: subprocess.Popen[bytes]
+    output: Path
+
+    @property
+    def console(self) -> Path:
+        return self.output / "console.log"
+
+
+def start_build(output: Path) -> StartedBuild:
+    """Start building the book exactly as `make book` does (scripts/build_book.py, several chapters
+    at once) but into ``output``, a fresh folder, so that no cache is reused."""
     command = [
         sys.executable,
         str(ROOT / "scripts" / "build_book.py"),
@@ -106,12 +118,48 @@ def book_build(tmp_path_factory: pytest.TempPathFactory) -> BookBuild:
         "-n",
         "--keep-going",
     ]
-    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+    with (output / "console.log").open("wb") as console:
+        process = subprocess.Popen(
+            command,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONHASHSEED": "0"},
+            start_new_session=True,  # its own process group, so that the kernels stop with it
+        )
+    return StartedBuild(process, output)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _early_book_build(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[StartedBuild | None]:
+    """Start the book's build before the first test, when a test of the session needs it.
+
+    The build runs two chapters at a time, one thread each, while the unit tests that come first
+    run beside it. Started only when the first site test asked for it, the build waited for the unit
+    tests, which kept one core busy for minutes while the other idled. A session that ends before
+    the build does stops it."""
+    if not any("book_build" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        yield None
+        return
+    started = start_build(build_output(tmp_path_factory))
+    yield started
+    if started.process.poll() is None:
+        os.killpg(started.process.pid, signal.SIGTERM)
+        started.process.wait()
+
+
+@pytest.fixture(scope="session")
+def book_build(_early_book_build: StartedBuild | None, tmp_path_factory: pytest.TempPathFactory) -> BookBuild:
+    """The book built from an empty cache: the build started before the first test, waited for here
+    (or started now, for a session whose tests asked for it only at run time)."""
+    started = _early_book_build or start_build(build_output(tmp_path_factory))
+    returncode = started.process.wait()
     # The build's log holds all it printed (kernels included), without the tail build_book.py repeats
-    # on failure; the captured output stands in only if the script died before writing it.
-    log = output / "_build" / "build.log"
-    text = log.read_text(errors="replace") if log.is_file() else result.stdout + result.stderr
-    return BookBuild(result.returncode, text, output / "_build" / "html")
+    # on failure; what the script printed stands in only if it died before writing its log.
+    log = started.output / "_build" / "build.log"
+    text = log.read_text(errors="replace") if log.is_file() else started.console.read_text(errors="replace")
+    return BookBuild(returncode, text, started.output / "_build" / "html")
 
 
 @pytest.fixture(autouse=True)

@@ -219,12 +219,17 @@ CASES: dict[str, tuple[Callable[..., Any], list[tuple[Callable[..., Any], str]]]
             (lambda r: r - r.mean(dim=1, keepdim=True), "does not divide"),
             (lambda r: (r - r.mean(dim=1, keepdim=True)) / (r.std() + 1e-4), "of the whole batch, not of each group"),
             (lambda r: (r - r.mean()) / (r.std(dim=1, keepdim=True) + 1e-4), "mean of the whole batch"),
-            (lambda r: (r - r.mean(dim=1, keepdim=True)) / (r.std(dim=1, keepdim=True, correction=0) + 1e-4),
-             "population standard deviation"),
+            (
+                lambda r: (r - r.mean(dim=1, keepdim=True)) / (r.std(dim=1, keepdim=True, correction=0) + 1e-4),
+                "population standard deviation",
+            ),
             (lambda r: r / (r.std(dim=1, keepdim=True) + 1e-4), "without subtracting the mean"),
             (lambda r: (r - r.mean(dim=1, keepdim=True)) / r.std(dim=1, keepdim=True), "without adding 1e-4"),
             (lambda r: (r - r.mean(dim=1, keepdim=True)).flatten(), "shape"),
-            (lambda r: ((r - r.mean(dim=1, keepdim=True)) / (r.std(dim=1, keepdim=True) + 1e-4)).tolist(), "return a tensor"),
+            (
+                lambda r: ((r - r.mean(dim=1, keepdim=True)) / (r.std(dim=1, keepdim=True) + 1e-4)).tolist(),
+                "return a tensor",
+            ),
         ],
     ),
     "rope": (
@@ -272,7 +277,7 @@ def test_an_error_in_the_readers_function_is_named(capsys: pytest.CaptureFixture
 
 
 def test_bad_names_and_arguments_raise_clear_errors() -> None:
-    with pytest.raises(KeyError, match="the graders are: attention, batched_rnn, label_smoothing"):
+    with pytest.raises(KeyError, match="the graders are: attention, batched_rnn, group_advantages, label_smoothing"):
         grade("atention", attention)
     with pytest.raises(TypeError, match="the function itself"):
         grade("attention", attention(np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1))))

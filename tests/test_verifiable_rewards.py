@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from collections.abc import Iterator, Sequence
 from types import SimpleNamespace
 
 import pytest
@@ -32,7 +33,15 @@ from transformer_book.verifiable_rewards import (
     rollouts,
     token_log_probs,
 )
-from transformer_book.worked_steps import MOST_MOVES, PROMPT_LENGTH, TOKEN_ID, VOCABULARY, is_right, random_moves
+from transformer_book.worked_steps import (
+    MOST_MOVES,
+    PROMPT_LENGTH,
+    TOKEN_ID,
+    VOCABULARY,
+    Moves,
+    is_right,
+    random_moves,
+)
 
 # float32 keeps 24 bits: each log-probability, ratio and product is within about 6e-8 of its value,
 # and a loss of order one that averages a few hundred of them stays within 1e-5 of the float64 one.
@@ -57,7 +66,8 @@ def book_loss(case: dict[str, torch.Tensor], *, beta: float, clip: float, dtype:
     keep = case["counted"]
     masked = {name: case[name].to(dtype).masked_fill(~keep, 0.0) for name in ("policy", "old", "reference")}
     log_probs = TokenLogProbs(masked["policy"], masked["reference"], masked["old"], keep)
-    return GRPOLoss(clip=clip, beta=beta)(log_probs, case["advantages"].to(dtype))
+    loss: torch.Tensor = GRPOLoss(clip=clip, beta=beta)(log_probs, case["advantages"].to(dtype))
+    return loss
 
 
 def trl_loss(case: dict[str, torch.Tensor], *, beta: float, clip: float) -> torch.Tensor:
@@ -65,8 +75,9 @@ def trl_loss(case: dict[str, torch.Tensor], *, beta: float, clip: float) -> torc
     _compute_loss reads and returns the policy's log-probabilities instead of running a model."""
     policy = case["policy"].float()
     rows, width = policy.shape
-    identity = SimpleNamespace(gather=lambda t: t, gather_for_metrics=lambda t: t, reduce=lambda t, reduction: t,
-                               sync_gradients=True)
+    identity = SimpleNamespace(
+        gather=lambda t: t, gather_for_metrics=lambda t: t, reduce=lambda t, reduction: t, sync_gradients=True
+    )
     stand_in = SimpleNamespace(
         _get_per_token_logps_and_entropies=lambda *args, **kwargs: (policy, torch.zeros_like(policy), None),
         aux_loss_enabled=False,
@@ -94,7 +105,8 @@ def trl_loss(case: dict[str, torch.Tensor], *, beta: float, clip: float) -> torc
         "old_per_token_logps": case["old"].float(),
         "ref_per_token_logps": case["reference"].float(),
     }
-    return GRPOTrainer._compute_loss(stand_in, None, inputs)
+    loss: torch.Tensor = GRPOTrainer._compute_loss(stand_in, None, inputs)  # type: ignore[arg-type]
+    return loss
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.04, 0.5])
@@ -163,7 +175,9 @@ def test_rollout_rows_put_each_written_token_where_it_is_predicted() -> None:
     assert tokens.shape == targets.shape == (2, PROMPT_LENGTH + MOST_MOVES)
     dot = TOKEN_ID["."]
     assert targets[0, PROMPT_LENGTH - 1 : PROMPT_LENGTH + 2].tolist() == [*written[0], dot]
-    assert (targets[0, PROMPT_LENGTH + 2 :] == IGNORE_INDEX).all() and (targets[:, : PROMPT_LENGTH - 1] == IGNORE_INDEX).all()
+    assert (targets[0, PROMPT_LENGTH + 2 :] == IGNORE_INDEX).all() and (
+        targets[:, : PROMPT_LENGTH - 1] == IGNORE_INDEX
+    ).all()
     assert targets[1, PROMPT_LENGTH - 1 :].tolist() == [*range(MOST_MOVES), dot]  # cut at eight steps, then '.'
     # a row reads its prompt, then the written tokens (its last target, '.', is read by no one), padded with '.'
     assert tokens[0, PROMPT_LENGTH : PROMPT_LENGTH + 3].tolist() == [*written[0], dot]
@@ -188,13 +202,13 @@ def tiny_policy() -> DecoderOnlyTransformer:
     )
 
 
-def question_batches(count: int, seed: int = 0):
+def question_batches(count: int, seed: int = 0) -> Iterator[list[Moves]]:
     rng = random.Random(seed)
     while True:
         yield [random_moves(rng.randint(1, MOST_MOVES), rng, test=False) for _ in range(count)]
 
 
-def checker(question, written) -> float:
+def checker(question: Moves, written: Sequence[int]) -> float:
     return float(is_right(question, final_answer(written)))
 
 
@@ -216,9 +230,13 @@ def test_rollouts_sample_groups_and_reward_them_with_the_given_function() -> Non
 
 def test_accepted_keeps_only_rewarded_answers_and_skips_a_batch_with_none() -> None:
     policy = tiny_policy()
-    always = next(rollouts(policy, question_batches(2), lambda q, w: 1.0, group=2, rng=torch.Generator().manual_seed(0)))
+    always = next(
+        rollouts(policy, question_batches(2), lambda q, w: 1.0, group=2, rng=torch.Generator().manual_seed(0))
+    )
     never = next(rollouts(policy, question_batches(2), lambda q, w: 0.0, group=2, rng=torch.Generator().manual_seed(0)))
-    half = Rollouts(always.tokens, always.targets, None, torch.tensor([[1.0, 0.0], [0.0, 1.0]]), always.target_output, 0)
+    half = Rollouts(
+        always.tokens, always.targets, None, torch.tensor([[1.0, 0.0], [0.0, 1.0]]), always.target_output, 0
+    )
     kept = list(accepted(iter([never, half, always])))
     assert len(kept) == 2
     assert torch.equal(kept[0].inputs, always.tokens[[0, 3]]) and torch.equal(kept[1].inputs, always.tokens)
@@ -229,18 +247,18 @@ def test_grpo_through_train_raises_the_reward_of_a_reward_it_can_reach() -> None
     policy = tiny_policy()
     monday = TOKEN_ID["Mon"]
 
-    def mondays(batches):
-        return torch.cat([next(batches).rewards.flatten() for _ in range(4)]).mean()
+    def mondays(batches: Iterator[Rollouts]) -> float:
+        return float(torch.cat([next(batches).rewards.flatten() for _ in range(4)]).mean())
 
-    def first_is_monday(question, written) -> float:
+    def first_is_monday(question: Moves, written: Sequence[int]) -> float:
         return float(len(written) > 0 and written[0] == monday)
 
-    def sampled(policy_now, seed):
-        return rollouts(policy_now, question_batches(16, seed), first_is_monday, group=8,
-                        rng=torch.Generator().manual_seed(seed))
+    def sampled(policy_now: DecoderOnlyTransformer, seed: int) -> Iterator[Rollouts]:
+        generator = torch.Generator().manual_seed(seed)
+        return rollouts(policy_now, question_batches(16, seed), first_is_monday, group=8, rng=generator)
 
     before = mondays(sampled(policy, 1))
     adam = torch.optim.AdamW(policy.parameters(), lr=3e-3)
     train(RolloutLogProbs(policy), sampled(policy, 2), steps=30, optimizer=adam, loss_function=GRPOLoss(), desc=None)
     after = mondays(sampled(policy, 1))
-    assert after > before + 0.3, (float(before), float(after))
+    assert after > before + 0.3, (before, after)
