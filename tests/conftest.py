@@ -201,10 +201,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the fast tests first: unit and source tests (about a minute), then the book build and
-    the site tests, then the Colab twins. A broken function is reported in a minute or two, not
-    after the minutes of chapter execution. The sort is stable, so file order holds
-    within each stage."""
+    """Run the fast tests first: unit and source tests, beside the book build that started before
+    them (``_early_book_build``); then the tests of the built site; then the Colab twins. A broken
+    function is reported in a few minutes, not after the minutes of chapter execution. The sort is
+    stable, so file order holds within each stage."""
 
     def stage(item: pytest.Item) -> int:
         if item.get_closest_marker("chapter"):
