@@ -67,6 +67,9 @@ from chapters import ROOT, ChapterFailed, execute_notebook, experiment_fingerpri
 SUMMARY = ROOT / "robustness.json"
 #: Every run of the sweeps that robustness.json summarises, one JSON object a line.
 RUNS = ROOT / "robustness-runs.jsonl"
+#: Every carry of a sweep over a change of code that left the chapter's results as they were
+#: (scripts/carry_sweep.py), one JSON object a line.
+CARRIED = ROOT / "robustness-carried.jsonl"
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,7 @@ def load_runs(paths: list[Path], chapters: list[Path]) -> list[Outcome]:
             chapter = by_stem.get(saved["chapter"])
             if chapter is None:
                 continue
-            reason = refusal(saved, experiment_fingerprint(chapter))
+            reason = refusal(saved, accepted_fingerprints(chapter.stem, experiment_fingerprint(chapter)))
             if reason:
                 where = f"{path}:{number}: the run of {chapter.name} (seed {saved['seed']}, {saved['threads']} threads)"
                 raise SystemExit(f"{where} {reason}")
@@ -149,15 +152,39 @@ def load_runs(paths: list[Path], chapters: list[Path]) -> list[Outcome]:
     return outcomes
 
 
-def refusal(saved: dict[str, Any], fingerprint: str) -> str | None:
+def accepted_fingerprints(chapter: str, current: str, carried: Path | None = None) -> set[str]:
+    """The code whose runs count as runs of ``current``: itself, and each older version from which
+    ``scripts/carry_sweep.py`` carried the chapter's sweep, by execution, to it (directly or through
+    later carries). Refuses a carry record edited after it was written."""
+    carried = CARRIED if carried is None else carried
+    carries = []
+    if carried.exists():
+        for number, line in enumerate(carried.read_text().splitlines(), start=1):
+            saved = json.loads(line)
+            fields = {key: value for key, value in saved.items() if key != "record_digest"}
+            if saved.get("record_digest") != record_digest(fields):
+                raise SystemExit(f"{carried}:{number}: a carry edited after it was written (its digest does not match)")
+            if saved["chapter"] == chapter:
+                carries.append((saved["from"], saved["to"]))
+    accepted = {current}
+    while True:
+        older = {old for old, new in carries if new in accepted} - accepted
+        if not older:
+            return accepted
+        accepted |= older
+
+
+def refusal(saved: dict[str, Any], fingerprint: str | set[str]) -> str | None:
     """Why a saved run no longer counts (None when it does): it carries no digest of its executed
-    outputs, its record was edited after it ran, or it ran code other than ``fingerprint``'s."""
+    outputs, its record was edited after it ran, or it ran code other than ``fingerprint``'s (or
+    than each of a set of them: the current code and those its sweep was carried from)."""
+    accepted = {fingerprint} if isinstance(fingerprint, str) else fingerprint
     if not saved.get("outputs_digest"):
         return "carries no digest of its executed outputs: only execution writes a run"
     fields = {key: value for key, value in saved.items() if key != "record_digest"}
     if saved.get("record_digest") != record_digest(fields):
         return "was edited after it ran (its record digest does not match): run it again"
-    if saved.get("fingerprint") != fingerprint:
+    if saved.get("fingerprint") not in accepted:
         return "predates the chapter's current code: run it again"
     return None
 
@@ -476,7 +503,9 @@ def drop_stale_runs(path: Path, chapters: list[Path]) -> None:
     changed since, or without the digests that only execution writes. Running is the only way back."""
     if not path.exists():
         return
-    current = {chapter.stem: experiment_fingerprint(chapter) for chapter in chapters}
+    current = {
+        chapter.stem: accepted_fingerprints(chapter.stem, experiment_fingerprint(chapter)) for chapter in chapters
+    }
     kept, dropped = [], 0
     for line in path.read_text().splitlines():
         saved = json.loads(line)

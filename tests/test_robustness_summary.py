@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import carry_sweep
 import pytest
 
 import robustness
@@ -390,3 +391,67 @@ def test_a_chapter_given_after_from_runs_is_refused_by_name(capsys: pytest.Captu
     assert exited.value.code == 2
     error = capsys.readouterr().err
     assert "not chapters: book/training.md" in error and "name the chapters before it" in error
+
+
+def _carry(chapter: str, old: str, new: str) -> dict[str, Any]:
+    return _signed({"chapter": chapter, "from": old, "to": new, "base": "0" * 40, "results_digest": "r"})
+
+
+def test_a_carried_sweep_counts_the_runs_of_every_version_it_was_carried_from(tmp_path: Path) -> None:
+    carried = tmp_path / "carried.jsonl"
+    carries = [_carry("a", "v1", "v2"), _carry("a", "v2", "v3"), _carry("b", "v0", "v3")]
+    carried.write_text("".join(json.dumps(carry) + "\n" for carry in carries))
+    assert robustness.accepted_fingerprints("a", "v3", carried) == {"v1", "v2", "v3"}
+    assert robustness.accepted_fingerprints("a", "v2", carried) == {"v1", "v2"}, "a carry goes forward only"
+    assert robustness.accepted_fingerprints("c", "v3", carried) == {"v3"}, "another chapter's carry is not this one's"
+    assert robustness.refusal({"outputs_digest": "x", "fingerprint": "v1"} | {}, {"v3"}) is not None
+
+
+def test_a_carry_edited_after_it_was_written_is_refused(tmp_path: Path) -> None:
+    carried = tmp_path / "carried.jsonl"
+    carried.write_text(json.dumps(_carry("a", "v1", "v2") | {"from": "v0"}) + "\n")
+    with pytest.raises(SystemExit, match="edited after it was written"):
+        robustness.accepted_fingerprints("a", "v2", carried)
+
+
+def test_every_carry_the_summary_lists_was_written_by_execution() -> None:
+    """Each carry a row of robustness.json names is a signed record of scripts/carry_sweep.py, whose
+    chain reaches the chapter's current code."""
+    written = (
+        [json.loads(line) for line in robustness.CARRIED.read_text().splitlines()]
+        if robustness.CARRIED.exists()
+        else []
+    )
+    for chapter in SWEPT:
+        for carry in SUMMARY.get(chapter.stem, {}).get("carried", []):
+            matching = [
+                record
+                for record in written
+                if (record["chapter"], record["from"], record["to"]) == (chapter.stem, carry["from"], carry["to"])
+            ]
+            assert matching, (
+                f"{chapter.stem}: robustness.json lists a carry {carry} that robustness-carried.jsonl lacks"
+            )
+            assert carry["from"] in robustness.accepted_fingerprints(chapter.stem, experiment_fingerprint(chapter))
+
+
+def _results(**values: str) -> carry_sweep.Results:
+    return carry_sweep.Results(dict(values))
+
+
+def test_a_carry_needs_every_result_identical_and_leaves_out_only_what_varies_between_runs_of_the_same_code() -> None:
+    before = _results(loss="1.5", seconds="2.0", figure="png")
+    same = carry_sweep.judge(before, _results(loss="1.5", seconds="2.0", figure="png"), None)
+    assert same.carried and same.compared == 3 and not same.measurements
+    timing = carry_sweep.judge(
+        before, _results(loss="1.5", seconds="2.4", figure="png"), _results(loss="1.5", seconds="1.9", figure="png")
+    )
+    assert timing.carried and timing.measurements == ["seconds"] and timing.compared == 2
+    changed = carry_sweep.judge(
+        before, _results(loss="1.6", seconds="2.0", figure="png"), _results(loss="1.5", seconds="2.0", figure="png")
+    )
+    assert not changed.carried and changed.changed == ["loss"]
+    lost = carry_sweep.judge(
+        before, _results(loss="1.5", seconds="2.0"), _results(loss="1.5", seconds="2.0", figure="png")
+    )
+    assert not lost.carried and lost.changed == ["figure"], "a value the new code no longer glues is a change"
