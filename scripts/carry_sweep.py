@@ -178,6 +178,12 @@ def main(arguments: list[str]) -> int:
         "chapters", nargs="*", help="chapters to carry (default: every swept chapter whose code changed)"
     )
     parser.add_argument("--base", required=True, help="the commit whose code the recorded sweeps ran")
+    parser.add_argument(
+        "--no-record",
+        action="store_true",
+        help="compare and print only (also for a chapter that is not swept, whose glued values the "
+        "change should leave as they were too); write nothing",
+    )
     options = parser.parse_args(arguments)
     base = subprocess.run(
         ["git", "rev-parse", "--verify", f"{options.base}^{{commit}}"],
@@ -203,7 +209,7 @@ def main(arguments: list[str]) -> int:
             for chapter in chapters:
                 row = rows.get(chapter.stem)
                 old, new = fingerprint_at(worktree, chapter.name), experiment_fingerprint(chapter)
-                if row is None or row["fingerprint"] != old:
+                if not options.no_record and (row is None or row["fingerprint"] != old):
                     raise SystemExit(
                         f"{chapter.stem}: its recorded sweep ran code {row and row['fingerprint']}, not the code at "
                         f"{base[:10]} ({old}): name the commit the sweep ran, or sweep the chapter again"
@@ -215,6 +221,8 @@ def main(arguments: list[str]) -> int:
                     running_before = pool.submit(execute, worktree / "book" / chapter.name, worktree)
                     running_after = pool.submit(execute, chapter, ROOT)
                     before, after = running_before.result(), running_after.result()
+                if experiment_fingerprint(chapter) != new:
+                    raise SystemExit(f"{chapter.stem}: its code changed while it ran: run this again")
                 if before.error or after.error:
                     refused.append(chapter.stem)
                     print(f"{chapter.stem}: NOT carried; a run raised: before {before.error!r}, after {after.error!r}")
@@ -224,6 +232,10 @@ def main(arguments: list[str]) -> int:
                 if not verdict.carried:
                     refused.append(chapter.stem)
                     print(f"{chapter.stem}: NOT carried; the change altered {verdict.changed}", flush=True)
+                    continue
+                if options.no_record:
+                    left_out = f"; measurements left out: {verdict.measurements}" if verdict.measurements else ""
+                    print(f"{chapter.stem}: {verdict.compared} values identical{left_out} (not recorded)", flush=True)
                     continue
                 carry = carry_record(chapter.stem, old, new, base, verdict, after)
                 with CARRIED.open("a") as file:
