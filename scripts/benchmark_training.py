@@ -130,7 +130,7 @@ def compare_training(args: argparse.Namespace, on: torch.device) -> None:
     config = TransformerConfig(
         d_model=args.d_model, num_heads=args.heads, num_layers=args.layers, d_ff=args.d_ff, dropout=args.dropout
     )
-    book_model = make_transformer(args.vocab, args.vocab, config).to(on)
+    book_model = make_transformer(args.vocab, args.vocab, config, pad_id=0).to(on)
     torch_model = TorchTransformer(args.vocab, args.d_model, args.heads, args.layers, args.d_ff, args.dropout).to(on)
     generator = torch.Generator().manual_seed(0)
     steps = timed_steps(args, on)

@@ -144,10 +144,32 @@ def test_without_the_causal_mask_earlier_outputs_do_change() -> None:
     everywhere = torch.ones(1, M, M, dtype=torch.bool)
     with torch.no_grad():
         difference = (
-            decoder(changed, memory, source_mask=source_mask, target_mask=everywhere)
-            - decoder(x, memory, source_mask=source_mask, target_mask=everywhere)
+            decoder(changed, memory, source_mask=source_mask, target_mask=everywhere, is_causal=False)
+            - decoder(x, memory, source_mask=source_mask, target_mask=everywhere, is_causal=False)
         ).abs()
     assert difference[:, 0].max() > 1e-4
+
+
+def test_a_padding_only_target_mask_narrows_the_causal_mask_and_never_replaces_it() -> None:
+    """A target mask that hides only the padding (no causal part) still lets no position see a later
+    one: given the last position's change, outputs 0 .. m-2 stay exactly as they were."""
+    torch.manual_seed(0)
+    x, memory, source_mask = inputs()
+    decoder = Decoder(LAYERS, D_MODEL, HEADS, D_FF).eval()
+    padding_only = padding_mask(torch.tensor([M, M - 1]), M).expand(2, M, M)  # (batch, m, m), no causal part
+    changed = x.clone()
+    changed[:, M - 2] += 1.0  # a real token of both sequences
+    with torch.no_grad():
+        difference = (
+            decoder(changed, memory, source_mask=source_mask, target_mask=padding_only)
+            - decoder(x, memory, source_mask=source_mask, target_mask=padding_only)
+        ).abs()
+    assert (difference[:, : M - 2] == 0).all(), "an earlier output saw a later position"
+    assert (difference[:, M - 2].amax(dim=-1) > 1e-4).all()
+    with torch.no_grad():
+        narrowed = decoder(x, memory, source_mask=source_mask, target_mask=padding_only)
+        both = decoder(x, memory, source_mask=source_mask, target_mask=padding_only & causal_mask(M))
+    assert torch.equal(narrowed, both)
 
 
 def test_prediction_i_never_depends_on_target_i_after_the_shift() -> None:

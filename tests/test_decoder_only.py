@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import re
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -160,6 +162,18 @@ def test_the_bigram_tends_to_the_pair_counts_as_alpha_shrinks() -> None:
     )
 
 
+@pytest.mark.parametrize("alpha", [0, -0.5, math.nan, math.inf, True])
+def test_the_bigram_refuses_an_alpha_that_is_not_a_finite_positive_number(alpha: object) -> None:
+    # Once silent: alpha=0 gave NaN rows (0 / 0 for a token never followed), alpha=-0.5 negative probabilities.
+    with pytest.raises(ValueError, match=re.escape("alpha must be ") + ".*" + re.escape(f"got alpha={alpha}")):
+        bigram_probabilities(torch.tensor([1, 2, 1, 3]), 5, alpha=alpha)  # type: ignore[arg-type]
+
+
+def test_the_bigram_takes_a_numpy_alpha_as_the_same_float() -> None:
+    ids = torch.tensor([1, 2, 1, 2, 1, 3])
+    assert torch.equal(bigram_probabilities(ids, 5, alpha=np.float64(0.1)), bigram_probabilities(ids, 5))
+
+
 def test_validation_loss_is_the_mean_cross_entropy_of_the_whole_windows() -> None:
     model, ids = small_model(), torch.randint(VOCAB, (35,))
     windows = 34 // 10  # three windows of 10; the last four tokens are left out
@@ -176,6 +190,38 @@ def test_warmup_cosine_rises_peaks_and_ends_at_the_floor() -> None:
     assert rates[0] == pytest.approx(0.1) and rates[9] == pytest.approx(1.0)
     assert all(later <= earlier for earlier, later in zip(rates[10:], rates[11:]))
     assert warmup_cosine(100, warmup=10, total=100) == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"floor": 2}, "floor must be in [0, 1], got floor=2"),  # once silent: a multiplier of 2
+        ({"floor": -0.1}, "floor must be in [0, 1], got floor=-0.1"),
+        ({"floor": math.nan}, "floor must be finite and in [0, 1], got floor=nan"),
+        ({"step": -1}, "step must be at least 0, got step=-1"),
+        ({"step": 1.5}, "step must be an integer, got step=1.5"),
+        ({"warmup": -1}, "warmup must be at least 0, got warmup=-1"),
+        ({"warmup": True}, "warmup must be an integer, got warmup=True"),
+        ({"total": 0, "warmup": 0}, "total must be a positive integer, got total=0"),
+        (
+            {"warmup": 20, "total": 10},
+            "warmup must be at most total (the warm-up is part of the schedule), got warmup=20",
+        ),
+    ],
+)
+def test_warmup_cosine_refuses_bad_arguments_naming_them(arguments: dict[str, object], message: str) -> None:
+    settings: dict[str, object] = {"step": 3, "warmup": 5, "total": 10} | arguments
+    with pytest.raises(ValueError, match=re.escape(message)):
+        warmup_cosine(**settings)  # type: ignore[arg-type]
+
+
+def test_warmup_cosine_takes_numpy_integers_and_the_edges_of_its_range() -> None:
+    for step in range(12):
+        assert warmup_cosine(np.int64(step), warmup=np.int64(5), total=np.int64(10)) == warmup_cosine(  # type: ignore[arg-type]
+            step, warmup=5, total=10
+        )
+    assert warmup_cosine(0, warmup=0, total=1, floor=0) == 1.0 and warmup_cosine(7, warmup=7, total=7) == 1.0
+    assert warmup_cosine(9, warmup=5, total=10, floor=1) == 1.0
 
 
 def test_language_model_optimizer_decays_only_the_matrices_and_follows_warmup_cosine() -> None:
@@ -248,7 +294,7 @@ def test_generate_refuses_bad_prompts_and_lengths() -> None:
     with pytest.raises(ValueError, match="cross-attention: give the source"):  # an encoder-decoder needs one
         generate(
             make_transformer(
-                VOCAB, VOCAB, TransformerConfig(d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.1)
+                VOCAB, VOCAB, TransformerConfig(d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.1), pad_id=0
             ),
             None,
             prompt=torch.tensor([[1, 2]]),
@@ -353,9 +399,9 @@ def test_kneser_ney_loss_is_the_mean_negative_log_probability() -> None:
 
 
 def test_kneser_ney_refuses_bad_input_with_a_message_naming_it() -> None:
-    with pytest.raises(ValueError, match="order must be an integer >= 1"):
+    with pytest.raises(ValueError, match="order must be a positive integer, got order=0"):
         KneserNey(TINY, 5, order=0)
-    with pytest.raises(ValueError, match="order must be an integer >= 1"):
+    with pytest.raises(ValueError, match=r"order must be a positive integer, got order=2\.0"):
         KneserNey(TINY, 5, order=2.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"token ids must be in \[0, 3\), got 3"):
         KneserNey(TINY, 3, order=2)
@@ -374,3 +420,12 @@ def test_kneser_ney_refuses_bad_input_with_a_message_naming_it() -> None:
         model.probability([-2], 1)
     with pytest.raises(ValueError, match=r"token ids must be in \[0, 5\), got 7"):
         model.loss(torch.tensor([1, 7]))
+    with pytest.raises(ValueError, match=r"token id must be an integer, got token id=1\.0"):
+        model.probability([1.0], 2)  # type: ignore[list-item]
+
+
+def test_kneser_ney_takes_numpy_integers_as_python_ones() -> None:
+    # Once refused: NumPy integers failed the ad-hoc isinstance(token, int) and isinstance(order, int) checks.
+    model = KneserNey(TINY, np.int64(5), order=np.int64(2))  # type: ignore[arg-type]
+    assert model.order == 2 and type(model.order) is int
+    assert model.probability([np.int64(1)], np.int64(2)) == model.probability([1], 2)  # type: ignore[list-item, arg-type]

@@ -7,8 +7,10 @@ brute force whatever the weights are.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 import torch
 
@@ -38,6 +40,7 @@ def tiny_model(norm_first: bool = False, vocab: int = VOCAB, seed: int = 0, max_
         TransformerConfig(d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.0),
         norm_first=norm_first,
         max_len=max_len,
+        pad_id=0,
     )
     # Sharpen the untrained logits a little, so that decoders face real choices rather than near-ties.
     with torch.no_grad():
@@ -365,7 +368,7 @@ DECODERS = {
 @pytest.mark.parametrize("name", DECODERS)
 def test_decoders_leave_the_model_in_the_mode_they_found_it(name: str, training: bool) -> None:
     model = make_transformer(
-        VOCAB, VOCAB, TransformerConfig(d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.5)
+        VOCAB, VOCAB, TransformerConfig(d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.5), pad_id=0
     )
     model.train(training)
     source, source_mask = padded_sources([5, 3])
@@ -378,7 +381,7 @@ def test_the_incremental_decoder_runs_without_dropout_and_leaves_the_mode_alone(
     # Once silent: IncrementalDecoder switched the model to eval mode and left it there, so the
     # training that followed ran without dropout.
     model = make_transformer(
-        VOCAB, VOCAB, TransformerConfig(d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.5)
+        VOCAB, VOCAB, TransformerConfig(d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.5), pad_id=0
     )
     source, source_mask = padded_sources([5, 3])
     tokens = torch.tensor([START_ID, START_ID])
@@ -391,7 +394,7 @@ def test_the_incremental_decoder_runs_without_dropout_and_leaves_the_mode_alone(
 
 def test_decoders_decode_without_dropout_even_from_a_model_in_training_mode() -> None:
     model = make_transformer(
-        VOCAB, VOCAB, TransformerConfig(d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.5)
+        VOCAB, VOCAB, TransformerConfig(d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.5), pad_id=0
     )
     source, source_mask = padded_sources([5, 3])
     expected = greedy_decode(model.eval(), source, source_mask=source_mask, max_new_tokens=6, end_id=None)
@@ -450,9 +453,21 @@ def test_beam_search_rejects_a_negative_alpha() -> None:
         beam_search(tiny_model(), ONE, max_new_tokens=5, alpha=float("nan"))
 
 
-@pytest.mark.parametrize("temperature", [0.0, -1.0, float("nan")])
-def test_sample_decode_rejects_a_temperature_that_is_not_positive(temperature: float) -> None:
-    with pytest.raises(ValueError, match="temperature must be positive"):
+@pytest.mark.parametrize(
+    ("temperature", "message"),
+    [
+        (0.0, "temperature must be positive, got temperature=0.0"),
+        (-1.0, "temperature must be positive, got temperature=-1.0"),
+        (float("nan"), "temperature must be finite and positive, got temperature=nan"),
+        # once accepted: logits / inf are all 0 or NaN, and the draw is uniform or fails inside multinomial
+        (float("inf"), "temperature must be finite and positive, got temperature=inf"),
+        (True, "temperature must be a real number, got temperature=True"),
+    ],
+)
+def test_sample_decode_rejects_a_temperature_that_is_not_a_finite_positive_number(
+    temperature: float, message: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
         sample_decode(tiny_model(), ONE, max_new_tokens=5, temperature=temperature)
 
 
@@ -475,8 +490,17 @@ def test_sample_token_draws_one_id_per_row_among_the_top_k() -> None:
 def test_sample_token_refuses_a_bad_temperature_or_top_k() -> None:
     with pytest.raises(ValueError, match="temperature"):
         sample_token(torch.zeros(1, 3), temperature=0.0)
+    with pytest.raises(ValueError, match="temperature must be finite and positive, got temperature=inf"):
+        sample_token(torch.zeros(1, 3), temperature=float("inf"))
     with pytest.raises(ValueError, match="top_k"):
         sample_token(torch.zeros(1, 3), top_k=0)
+
+
+def test_sample_token_takes_numpy_numbers_as_python_ones() -> None:
+    logits = torch.tensor([[0.0, 5.0, 4.0, -1.0], [3.0, 0.0, 0.0, 2.0]]).repeat(50, 1)
+    ours = sample_token(logits, temperature=np.float64(0.7), top_k=np.int64(2), rng=torch.Generator().manual_seed(0))  # type: ignore[arg-type]
+    expected = sample_token(logits, temperature=0.7, top_k=2, rng=torch.Generator().manual_seed(0))
+    assert torch.equal(ours, expected)
 
 
 def test_incremental_decoder_needs_the_source_when_the_decoder_has_cross_attention() -> None:

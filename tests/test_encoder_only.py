@@ -115,7 +115,7 @@ def test_model_shapes_and_padding_is_invisible() -> None:
 
 def test_model_sees_both_sides_unless_a_causal_mask_is_given() -> None:
     torch.manual_seed(0)
-    model = EncoderOnlyModel(VOCAB, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0).eval()
+    model = EncoderOnlyModel(VOCAB, pad_id=PAD, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0).eval()
     tokens = ordinary_tokens(1, 6)
     changed = tokens.clone()
     changed[0, -1] = 1 if tokens[0, -1] != 1 else 2  # change only the last token
@@ -129,7 +129,7 @@ def test_model_sees_both_sides_unless_a_causal_mask_is_given() -> None:
 
 def test_model_agrees_with_torch_transformer_encoder() -> None:
     torch.manual_seed(0)
-    model = EncoderOnlyModel(VOCAB, d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.0).eval()
+    model = EncoderOnlyModel(VOCAB, pad_id=PAD, d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.0).eval()
     layer = nn.TransformerEncoderLayer(16, 2, 32, 0.0, activation="gelu", batch_first=True)
     theirs = nn.TransformerEncoder(layer, 2, norm=None, enable_nested_tensor=False).eval()
     load_torch_encoder(model.encoder, theirs)
@@ -142,7 +142,7 @@ def test_model_agrees_with_torch_transformer_encoder() -> None:
 
 
 def test_head_is_tied_to_the_embedding() -> None:
-    model = EncoderOnlyModel(VOCAB, d_model=16, num_heads=2, d_ff=32)
+    model = EncoderOnlyModel(VOCAB, pad_id=PAD, d_model=16, num_heads=2, d_ff=32)
     head = MaskedLanguageModelHead(model.token_embedding)
     assert head.embedding.embedding.weight is model.token_embedding.embedding.weight
     assert head(torch.randn(2, 3, 16)).shape == (2, 3, VOCAB)
@@ -154,7 +154,7 @@ def test_head_is_tied_to_the_embedding() -> None:
 
 def test_masked_language_model_scores_the_chosen_positions_as_the_whole_output_does() -> None:
     torch.manual_seed(0)
-    model = EncoderOnlyModel(VOCAB, d_model=16, num_heads=2, d_ff=32, dropout=0.0)
+    model = EncoderOnlyModel(VOCAB, pad_id=PAD, d_model=16, num_heads=2, d_ff=32, dropout=0.0)
     mlm = MaskedLanguageModel(model, MaskedLanguageModelHead(model.token_embedding)).eval()
     tokens = ordinary_tokens(3, 6)
     corrupted, labels = masked(tokens, mask_probability=0.5)
@@ -173,7 +173,7 @@ def test_masked_language_model_scores_the_chosen_positions_as_the_whole_output_d
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
 def test_classifier_shapes_and_padding(pooling: str) -> None:
     torch.manual_seed(0)
-    model = EncoderOnlyModel(VOCAB, d_model=16, num_heads=2, d_ff=32, dropout=0.0)
+    model = EncoderOnlyModel(VOCAB, pad_id=PAD, d_model=16, num_heads=2, d_ff=32, dropout=0.0)
     classifier = EncoderClassifier(model, 5, pooling=pooling, dropout=0.0).eval()
     tokens = ordinary_tokens(3, 6)
     padded = torch.cat([tokens, torch.full((3, 2), PAD)], dim=1)
@@ -186,19 +186,19 @@ def test_classifier_shapes_and_padding(pooling: str) -> None:
 def test_classifier_refuses_bad_arguments(bad: dict[str, object]) -> None:
     arguments: dict[str, object] = {"num_classes": 3, **bad}
     with pytest.raises(ValueError):
-        EncoderClassifier(EncoderOnlyModel(VOCAB, d_model=16, num_heads=2, d_ff=32), **arguments)  # type: ignore[arg-type]
+        EncoderClassifier(EncoderOnlyModel(VOCAB, pad_id=PAD, d_model=16, num_heads=2, d_ff=32), **arguments)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("bad", [{"pad_id": VOCAB}, {"pad_id": -1}, {"dropout": 1.5}, {"num_layers": 0}])
 def test_model_refuses_bad_arguments(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError):
-        EncoderOnlyModel(VOCAB, **bad)  # type: ignore[arg-type]
+        EncoderOnlyModel(VOCAB, **{"pad_id": PAD, **bad})  # type: ignore[arg-type]
 
 
 def test_model_refuses_a_two_dimensional_attention_mask() -> None:
     # Once silent: with batch == n, a (batch, n) mask broadcast as an (n, n) pattern against the
     # (batch, 1, n) padding mask, and the output moved with no error.
-    model = EncoderOnlyModel(VOCAB, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0).eval()
+    model = EncoderOnlyModel(VOCAB, pad_id=PAD, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0).eval()
     tokens = ordinary_tokens(4, 4)
     key_padding = torch.ones(4, 4, dtype=torch.bool)
     with pytest.raises(ValueError, match=r"attention_mask must have 3 dimensions .* a 2-D mask is ambiguous"):
@@ -256,7 +256,7 @@ def test_segment_ids_that_do_not_fit_are_refused() -> None:
     for wrong in (torch.full((2, 6), 2), torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 6)):
         with pytest.raises(ValueError, match=r"segment_ids must be integers in \[0, 2\)"):
             ours(tokens, segment_ids=wrong)
-    plain = EncoderOnlyModel(11, d_model=8, num_heads=2, num_layers=1, d_ff=16, max_len=8)
+    plain = EncoderOnlyModel(11, pad_id=PAD, d_model=8, num_heads=2, num_layers=1, d_ff=16, max_len=8)
     with pytest.raises(ValueError, match="no segment embedding"):
         plain(torch.ones(1, 4, dtype=torch.long), segment_ids=torch.zeros(1, 4, dtype=torch.long))
 

@@ -53,10 +53,23 @@ def test_layer_graphs_draw_every_dependency_once(n: int) -> None:
     )
 
 
-@pytest.mark.parametrize("n", [1, 0, 2.0, True])
-def test_layer_graphs_refuse_fewer_than_two_positions(n) -> None:
-    with pytest.raises(ValueError, match="n >= 2"):
-        fa.draw_layer_graphs(n)
+@pytest.mark.parametrize(
+    ("n", "message"),
+    [
+        (1, "n must be at least 2, got n=1"),
+        (0, "n must be at least 2, got n=0"),
+        (2.0, "n must be an integer, got n=2.0"),
+        (True, "n must be an integer, got n=True"),
+    ],
+)
+def test_layer_graphs_refuse_fewer_than_two_positions(n: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        fa.draw_layer_graphs(n)  # type: ignore[arg-type]
+
+
+def test_layer_graphs_take_a_numpy_integer() -> None:
+    # Once refused by an ad-hoc isinstance(n, int) check.
+    assert len(arrows(fa.draw_layer_graphs(np.int64(3)).axes[1])) == 9  # type: ignore[arg-type]
 
 
 def test_one_thread_runs_on_one_thread_and_restores_the_count() -> None:

@@ -95,8 +95,16 @@ def test_multi_head_flow_stacks_one_box_per_head_drawn_and_names_the_code(heads_
 
 
 def test_multi_head_flow_refuses_no_heads() -> None:
-    with pytest.raises(ValueError, match="heads_drawn"):
+    with pytest.raises(ValueError, match="heads_drawn must be a positive integer, got heads_drawn=0"):
         draw_multi_head_flow(0)
+    with pytest.raises(ValueError, match="heads_drawn must be a positive integer, got heads_drawn=2.5"):
+        draw_multi_head_flow(2.5)  # type: ignore[arg-type]
+
+
+def test_multi_head_flow_takes_a_numpy_integer() -> None:
+    # Once refused by an ad-hoc isinstance(heads_drawn, int) check.
+    (ax,) = draw_multi_head_flow(np.int64(2)).axes  # type: ignore[arg-type]
+    assert len([patch for patch in ax.patches if isinstance(patch, FancyBboxPatch)]) == 4 * 2 + 2
 
 
 def test_count_multiply_adds_matches_the_formula_for_any_number_of_heads() -> None:

@@ -72,8 +72,13 @@ def test_until_target_passes_every_batch_on_when_the_target_is_never_reached() -
     curve: dict[int, float] = {}
     assert list(ft.until_target(iter("abcde"), lambda: 0.0, target=1.0, every=2, curve=curve)) == list("abcde")
     assert curve == {2: 0.0, 4: 0.0}
-    with pytest.raises(ValueError, match="every must be a positive integer"):
+    with pytest.raises(ValueError, match="every must be a positive integer, got every=0"):
         list(ft.until_target(iter("ab"), lambda: 0.0, target=1.0, every=0, curve=curve))
+    # Once refused by an ad-hoc isinstance(every, int) check.
+    curve = {}
+    handed = list(ft.until_target(iter("abcde"), lambda: 0.0, target=1.0, every=np.int64(2), curve=curve))  # type: ignore[arg-type]
+    assert handed == list("abcde")
+    assert curve == {2: 0.0, 4: 0.0}
 
 
 def test_score_checkpoints_loads_each_checkpoint_before_scoring_it() -> None:
@@ -88,8 +93,10 @@ def test_median_seconds_runs_the_call_as_often_as_asked() -> None:
     calls: list[int] = []
     seconds = ft.median_seconds(lambda: calls.append(1), repeats=3)
     assert len(calls) == 3 and seconds >= 0
-    with pytest.raises(ValueError, match="repeats must be a positive integer"):
+    with pytest.raises(ValueError, match="repeats must be a positive integer, got repeats=0"):
         ft.median_seconds(lambda: None, repeats=0)
+    ft.median_seconds(lambda: calls.append(1), repeats=np.int64(2))  # type: ignore[arg-type]  # once refused
+    assert len(calls) == 5
 
 
 def test_decoding_times_gives_one_row_per_length_on_one_thread_and_restores_the_threads() -> None:

@@ -314,8 +314,8 @@ def test_architecture_figure_names_the_classes_and_the_counts() -> None:
 
 def test_parameter_breakdown_adds_up_and_counts_a_tied_matrix_once() -> None:
     config = TransformerConfig(d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.0)
-    tied = make_transformer(50, 50, config)
-    untied = make_transformer(50, 50, config, tie_weights=False)
+    tied = make_transformer(50, 50, config, pad_id=0)
+    untied = make_transformer(50, 50, config, tie_weights=False, pad_id=0)
     parts = figures.parameter_breakdown(tied)
     assert list(parts) == list(figures.PARAMETER_ROLES) and sum(parts.values()) == count_parameters(tied)
     assert parts["shared embedding"] == 50 * 16
@@ -335,7 +335,7 @@ def test_parameter_breakdown_adds_up_and_counts_a_tied_matrix_once() -> None:
 
 
 def test_parameter_breakdown_figure_draws_a_bar_per_role_and_model() -> None:
-    model = make_transformer(100, 100, SMALL_CONFIG)
+    model = make_transformer(100, 100, SMALL_CONFIG, pad_id=0)
     breakdown = pd.DataFrame({"base": figures.parameter_breakdown(model), "big": figures.parameter_breakdown(model)})
     ax = figures.draw_parameter_breakdown(breakdown, 37_000).axes[0]
     assert len(ax.patches) == 2 * len(figures.PARAMETER_ROLES)

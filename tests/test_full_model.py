@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from transformer_book import count_parameters
-from transformer_book.decoder import Decoder
+from transformer_book.decoder import Decoder, DecoderLayer
 from transformer_book.full_model import (
     BASE_CONFIG,
     BIG_CONFIG,
@@ -34,6 +34,7 @@ SOURCE_LENGTHS = [7, 4, 2]
 def small_model(**options) -> Transformer:
     """The SMALL model in eval mode; options (tie_weights, norm_first, pad_id) go to make_transformer."""
     torch.manual_seed(0)
+    options.setdefault("pad_id", 0)
     return make_transformer(VOCAB, VOCAB, SMALL, **options).eval()
 
 
@@ -58,14 +59,14 @@ def batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 )
 def test_parameter_counts_of_the_paper_configurations(config, tie_weights, expected):
     with torch.device("meta"):
-        model = make_transformer(37_000, 37_000, config, tie_weights=tie_weights)
+        model = make_transformer(37_000, 37_000, config, tie_weights=tie_weights, pad_id=0)
     assert count_parameters(model) == expected
 
 
 def test_pre_ln_adds_exactly_the_two_final_layer_norms():
     with torch.device("meta"):
-        post = make_transformer(37_000, 37_000)  # the default is the base model
-        pre = make_transformer(37_000, 37_000, BASE_CONFIG, norm_first=True)
+        post = make_transformer(37_000, 37_000, pad_id=0)  # the default is the base model
+        pre = make_transformer(37_000, 37_000, BASE_CONFIG, norm_first=True, pad_id=0)
     assert count_parameters(pre) - count_parameters(post) == 2 * 2 * 512
 
 
@@ -150,7 +151,7 @@ def test_shapes_of_encode_decode_and_forward():
 
 def test_separate_vocabularies_give_the_target_vocabulary_size():
     torch.manual_seed(0)
-    model = make_transformer(30, 40, SMALL, tie_weights=False).eval()
+    model = make_transformer(30, 40, SMALL, tie_weights=False, pad_id=0).eval()
     logits = model(torch.randint(0, 30, (2, 6)), torch.randint(0, 40, (2, 4)))
     assert logits.shape == (2, 4, 40)
 
@@ -196,6 +197,40 @@ def test_without_a_source_mask_the_source_padding_is_hidden():
         torch.testing.assert_close(model(more_padding, target_input), automatic, atol=1e-5, rtol=0)
         unmasked = small_model(pad_id=None)(more_padding, target_input)
     assert (unmasked - automatic).abs().max() > 1e-2  # what a model that reads its padding gives
+
+
+def test_decode_equals_forward_on_a_padded_source():
+    # Once 0.20 apart in the logits: decode without a source mask attended to the padding that
+    # encode (and forward) had hidden. decode sees only the memory, so it now asks for the mask.
+    model = small_model()
+    source, target_input, source_mask = batch()
+    source = source.clamp(min=1).masked_fill(~source_mask[:, 0], 0)  # real tokens 1.., padding 0
+    with torch.no_grad():
+        whole = model(source, target_input)
+        memory = model.encode(source)
+        with pytest.raises(ValueError, match="decode needs the source_mask the memory was encoded with"):
+            model.decode(target_input, memory)
+        in_steps = model.generator(model.decode(target_input, memory, source_mask=model.source_padding_mask(source)))
+    assert torch.equal(whole, in_steps)
+
+
+def test_a_model_is_told_its_pad_id_and_token_0_is_read_when_it_is_not_padding():
+    with pytest.raises(TypeError, match="pad_id"):
+        make_transformer(VOCAB, VOCAB, SMALL)  # type: ignore[call-arg]  # no default id to hide a real token
+    source, target_input, _ = batch()
+    source = source.clamp(min=1)
+    source[:, 2] = 0  # a real token whose id is 0 ("!" in GPT-2's vocabulary)
+    weights: dict[int | None, torch.Tensor] = {}
+    for pad_id in (None, 0):
+        model = small_model(pad_id=pad_id)
+        with torch.no_grad():
+            model(source, target_input)
+        layers = [layer for layer in model.decoder.layers if isinstance(layer, DecoderLayer)]
+        kept = [layer.cross_attention_weights for layer in layers]
+        weights[pad_id] = torch.stack([weight for weight in kept if weight is not None])
+        assert len(weights[pad_id]) == SMALL.num_layers
+    assert (weights[None][..., 2] > 0).all(), "a model without a pad id reads every token"
+    assert (weights[0][..., 2] == 0).all(), "told that 0 pads, the model hides it"
 
 
 def test_swapped_source_and_target_masks_are_refused():
@@ -295,6 +330,7 @@ def test_mismatched_d_model_is_refused():
             encoder,
             Decoder(LAYERS, 32, HEADS, D_FF),
             Generator(D_MODEL, VOCAB),
+            pad_id=0,
         )
 
 
@@ -308,6 +344,7 @@ def test_generator_vocabulary_must_match_the_target_vocabulary():
             model.encoder,
             model.decoder,
             Generator(D_MODEL, 60),
+            pad_id=0,
         )
 
 
@@ -326,7 +363,7 @@ def test_configuration_errors(overrides, message):
     with pytest.raises(ValueError, match=message):  # when the config is made, before any model
         dataclasses.replace(SMALL, **overrides)
     with pytest.raises(ValueError, match="unknown activation 'tanh'; choose one of 'relu', 'gelu', 'gelu_tanh'"):
-        make_transformer(VOCAB, VOCAB, SMALL, activation="tanh")
+        make_transformer(VOCAB, VOCAB, SMALL, activation="tanh", pad_id=0)
 
 
 def test_the_presets_are_the_papers_and_cannot_be_changed_by_accident():
@@ -335,14 +372,14 @@ def test_the_presets_are_the_papers_and_cannot_be_changed_by_accident():
     with pytest.raises(dataclasses.FrozenInstanceError):
         BASE_CONFIG.dropout = 0.0  # type: ignore[misc]
     assert dataclasses.replace(BASE_CONFIG, dropout=0.0).dropout == 0.0 and BASE_CONFIG.dropout == 0.1
-    assert make_transformer(VOCAB, VOCAB, SMALL_CONFIG).source_embedding.d_model == SMALL_CONFIG.d_model == 64
+    assert make_transformer(VOCAB, VOCAB, SMALL_CONFIG, pad_id=0).source_embedding.d_model == SMALL_CONFIG.d_model == 64
 
 
 def test_tie_weights_needs_one_vocabulary():
     with pytest.raises(
         ValueError, match="tie_weights needs one shared vocabulary, got source_vocab_size=30 and target_vocab_size=40"
     ):
-        make_transformer(30, 40, SMALL)
+        make_transformer(30, 40, SMALL, pad_id=0)
 
 
 @pytest.mark.parametrize("vocab_size", [0, -5, 2.0])
@@ -371,7 +408,7 @@ def test_token_id_errors(tokens, message):
 def test_initial_loss_is_near_uniform_guessing():
     torch.manual_seed(0)
     model = make_transformer(
-        1000, 1000, TransformerConfig(d_model=64, num_heads=4, num_layers=2, d_ff=256, dropout=0.0)
+        1000, 1000, TransformerConfig(d_model=64, num_heads=4, num_layers=2, d_ff=256, dropout=0.0), pad_id=0
     ).eval()
     source = torch.randint(0, 1000, (8, 10))
     targets = torch.randint(0, 1000, (8, 9))

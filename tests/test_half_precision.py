@@ -42,7 +42,7 @@ def test_positional_table_follows_the_models_dtype(dtype: torch.dtype) -> None:
 def test_transformer_in_half_precision_is_finite_and_close_to_float32(dtype: torch.dtype) -> None:
     torch.manual_seed(0)
     model = make_transformer(
-        VOCAB, VOCAB, TransformerConfig(d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0)
+        VOCAB, VOCAB, TransformerConfig(d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0), pad_id=0
     ).eval()
     source = torch.randint(3, VOCAB, (2, 7))
     target = torch.randint(3, VOCAB, (2, 5))
@@ -60,7 +60,9 @@ def test_transformer_in_half_precision_is_finite_and_close_to_float32(dtype: tor
 def test_cached_step_equals_the_full_decoder_in_half_precision(dtype: torch.dtype) -> None:
     torch.manual_seed(0)
     model = (
-        make_transformer(VOCAB, VOCAB, TransformerConfig(d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0))
+        make_transformer(
+            VOCAB, VOCAB, TransformerConfig(d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0), pad_id=None
+        )
         .eval()
         .to(dtype)
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -295,7 +296,13 @@ def test_use_experts_refuses_a_model_without_decoder_layers_an_uneven_split_or_a
     model = DecoderOnlyTransformer(10, d_model=8, num_heads=2, num_layers=1, d_ff=15, max_len=4)
     with pytest.raises(ValueError, match="must divide d_ff"):
         use_experts(model, num_experts=4, top_k=2)
-    with pytest.raises(ValueError, match="top_k must be a positive integer"):
+    with pytest.raises(ValueError, match="top_k must be a positive integer, got top_k=0"):  # once ZeroDivisionError
         use_experts(model, num_experts=4, top_k=0)
     with pytest.raises(ValueError, match="top_k must be at most num_experts"):
         use_experts(model, num_experts=4, top_k=5)
+
+
+def test_use_experts_takes_numpy_integers_as_python_ones() -> None:
+    model = DecoderOnlyTransformer(10, d_model=8, num_heads=2, num_layers=1, d_ff=16, max_len=4)
+    (layer,) = use_experts(model, num_experts=np.int64(4), top_k=np.int64(2))  # type: ignore[arg-type]
+    assert (layer.num_experts, layer.top_k, layer.d_ff) == (4, 2, 8) and type(layer.top_k) is int

@@ -14,6 +14,7 @@ import warnings
 from types import SimpleNamespace
 from typing import Any, cast
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -203,6 +204,25 @@ def test_defaults_draw_the_same_numbers_as_before() -> None:
     assert rotate_heads(x, None) is x
     split = x.view(2, 5, 4, 4).transpose(1, 2)
     assert repeat_kv_heads(split, 4) is split
+
+
+@pytest.mark.parametrize(
+    ("num_heads", "message"),
+    [
+        (4, "num_heads must be a positive multiple of x's 3 key-value heads, got num_heads=4"),  # once x unchanged
+        (2, "num_heads must be a positive multiple of x's 3 key-value heads, got num_heads=2"),  # once x unchanged
+        (0, "num_heads must be a positive integer, got num_heads=0"),
+        (6.0, "num_heads must be a positive integer, got num_heads=6.0"),
+    ],
+)
+def test_repeat_kv_heads_refuses_a_head_count_its_heads_do_not_divide(num_heads: object, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        repeat_kv_heads(torch.zeros(1, 3, 2, 4), num_heads)  # type: ignore[arg-type]
+
+
+def test_repeat_kv_heads_takes_a_numpy_head_count() -> None:
+    x = torch.randn(1, 3, 2, 4)
+    assert torch.equal(repeat_kv_heads(x, np.int64(6)), repeat_kv_heads(x, 6))  # type: ignore[arg-type]
 
 
 # Grouped-query and multi-query attention

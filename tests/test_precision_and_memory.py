@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -60,7 +61,9 @@ def test_scaler_refuses_bad_settings(settings: dict[str, float]) -> None:
 
 
 def test_model_state_counts_tied_weights_once_and_four_bytes_each() -> None:
-    model = make_transformer(50, 50, TransformerConfig(d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.1))
+    model = make_transformer(
+        50, 50, TransformerConfig(d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.1), pad_id=0
+    )
     parameters = sum(p.numel() for p in model.parameters())
     state = model_state_bytes(model)
     assert state == {"weights": 4 * parameters, "gradients": 4 * parameters, "optimizer state": 8 * parameters}
@@ -72,9 +75,12 @@ def test_model_state_ignores_frozen_parameters_for_gradients_and_refuses_bad_mom
     model = nn.Linear(4, 3)
     model.bias.requires_grad_(False)
     assert model_state_bytes(model) == {"weights": 60, "gradients": 48, "optimizer state": 96}
-    for bad in (-1, 1.5, True):
-        with pytest.raises(ValueError, match="optimizer_moments"):
+    for bad, message in [(-1, "at least 0"), (1.5, "an integer"), (True, "an integer")]:
+        with pytest.raises(ValueError, match=f"optimizer_moments must be {message}, got optimizer_moments={bad}"):
             model_state_bytes(model, optimizer_moments=bad)  # type: ignore[arg-type]
+    # Once refused by an ad-hoc isinstance(optimizer_moments, int) check; the counts stay Python ints.
+    state = model_state_bytes(model, optimizer_moments=np.int64(1))  # type: ignore[arg-type]
+    assert state["optimizer state"] == 48 and type(state["optimizer state"]) is int
 
 
 def test_the_chapter_measures_the_same_model_on_every_device() -> None:

@@ -45,7 +45,7 @@ SOURCES = [[3, 4, 5, 6], [7, 8], [5]]
 def tiny_model(seed: int = 0) -> Transformer:
     torch.manual_seed(seed)
     return make_transformer(
-        VOCAB, VOCAB, TransformerConfig(d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0)
+        VOCAB, VOCAB, TransformerConfig(d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0), pad_id=PAD_ID
     )
 
 
@@ -285,7 +285,7 @@ def test_load_checkpoint_refuses_a_file_save_checkpoint_did_not_write(tmp_path: 
 def test_load_checkpoint_into_a_model_of_another_size_names_the_mismatch(tmp_path: Path) -> None:
     save_checkpoint(tmp_path / "small.pt", tiny_model())
     wider = make_transformer(
-        VOCAB, VOCAB, TransformerConfig(d_model=32, num_heads=2, num_layers=1, d_ff=64, dropout=0.0)
+        VOCAB, VOCAB, TransformerConfig(d_model=32, num_heads=2, num_layers=1, d_ff=64, dropout=0.0), pad_id=PAD_ID
     )
     with pytest.raises(RuntimeError, match="size mismatch"):
         load_checkpoint(tmp_path / "small.pt", wider)

@@ -298,7 +298,7 @@ def test_date_batches_reject_a_batch_size_that_does_not_fit(batch_size: int, mes
 def test_date_model_config_builds_the_chapter_model() -> None:
     from transformer_book.full_model import make_transformer
 
-    model = make_transformer(84, 84, DATE_MODEL_CONFIG)
+    model = make_transformer(84, 84, DATE_MODEL_CONFIG, pad_id=PAD_ID)
     assert model(torch.tensor([[5, 6, 7]]), torch.tensor([[1, 8]])).shape == (1, 2, 84)
 
 
@@ -308,7 +308,7 @@ def test_output_log_probabilities_sum_each_outputs_token_log_probabilities() -> 
 
     torch.manual_seed(0)
     model = make_transformer(
-        9, 9, TransformerConfig(d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0)
+        9, 9, TransformerConfig(d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0), pad_id=PAD_ID
     ).eval()
     sources, outputs = [[4, 5, 6], [7, 8]], [[5, 4], [6, 6, 7]]
     scores = output_log_probabilities(model, sources, outputs)

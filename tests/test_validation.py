@@ -3,6 +3,7 @@ bools, floats and strings do not; every error names the argument."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -17,7 +18,7 @@ from transformer_book.learning_rate import transformer_learning_rate
 from transformer_book.multi_head_attention import MultiHeadAttention
 from transformer_book.positional_encoding import PositionalEncoding
 from transformer_book.self_attention import SelfAttention
-from transformer_book.validation import integer, positive_int, probability, token_ids
+from transformer_book.validation import integer, positive_int, probability, real, token_ids
 
 
 @pytest.mark.parametrize("value", [3, np.int64(3), np.int32(3), np.uint8(3)])
@@ -53,6 +54,46 @@ def test_a_rate_is_a_probability_below_one(value: float) -> None:
     assert probability(0) == 0.0 and probability(0.1) == 0.1
 
 
+@pytest.mark.parametrize("value", [2, 2.5, np.int64(2), np.float32(2.5), np.float64(2.5), -1e300])
+def test_ints_and_floats_of_every_kind_are_real_numbers(value: object) -> None:
+    assert real(value, "x") == float(value) and type(real(value, "x")) is float  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", [True, np.bool_(True), "1.0", None, torch.tensor(1.0), 1j])
+def test_bools_strings_and_tensors_are_not_real_numbers(value: object) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"x must be a real number, got x={value!r}")):
+        real(value, "x")
+
+
+@pytest.mark.parametrize(
+    ("value", "bounds", "message"),
+    [
+        (math.nan, {}, "x must be finite, got x=nan"),
+        (math.inf, {}, "x must be finite, got x=inf"),
+        (-math.inf, {"above": 0}, "x must be finite and positive, got x=-inf"),
+        (np.float64("nan"), {"at_least": 0, "at_most": 1}, "x must be finite and in [0, 1], got x=nan"),
+        (0, {"above": 0}, "x must be positive, got x=0"),
+        (-0.5, {"above": 0}, "x must be positive, got x=-0.5"),
+        (0.5, {"above": 1}, "x must be greater than 1, got x=0.5"),
+        (-1, {"at_least": 0}, "x must be at least 0, got x=-1"),
+        (2, {"at_most": 1}, "x must be at most 1, got x=2"),
+        (1, {"below": 1}, "x must be less than 1, got x=1"),
+        (2, {"at_least": 0, "at_most": 1}, "x must be in [0, 1], got x=2"),
+        (0, {"above": 0, "below": 1}, "x must be in (0, 1), got x=0"),
+        (math.nan, {"infinite": True}, "x must be a number, got x=nan"),
+        (-math.inf, {"at_least": 0, "infinite": True}, "x must be at least 0, got x=-inf"),
+    ],
+)
+def test_real_names_the_argument_its_bounds_and_the_value(value: float, bounds: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        real(value, "x", **bounds)  # type: ignore[arg-type]
+
+
+def test_real_keeps_the_edges_of_closed_bounds_and_infinity_when_allowed() -> None:
+    assert real(0, "x", at_least=0, at_most=1) == 0.0 and real(1, "x", at_least=0, at_most=1) == 1.0
+    assert real(math.inf, "x", above=0, infinite=True) == math.inf
+
+
 # The rule reaches every constructor: a bool is refused where it used to mean 1 (or crash nn.Linear),
 # a NumPy integer is accepted where it used to be refused.
 BUILDERS = {
@@ -63,7 +104,7 @@ BUILDERS = {
     "EncoderLayer": lambda size: EncoderLayer(8, 2, size),
     "PositionalEncoding": lambda size: PositionalEncoding(8, size),
     "make_transformer": lambda size: make_transformer(
-        10, 10, TransformerConfig(d_model=8, num_heads=2, num_layers=size, d_ff=16, dropout=0.1)
+        10, 10, TransformerConfig(d_model=8, num_heads=2, num_layers=size, d_ff=16, dropout=0.1), pad_id=0
     ),
     "transformer_learning_rate": lambda size: transformer_learning_rate(size, d_model=8, warmup=4),
 }

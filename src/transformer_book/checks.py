@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from transformer_book.validation import integer, positive_int
+from transformer_book.validation import integer, positive_int, real
 
 if TYPE_CHECKING:  # for the annotations only: those modules import this one
     from transformer_book.decoder import Decoder
@@ -126,6 +126,14 @@ def check_kv_heads(num_heads: int, d_head: int, num_kv_heads: int | None, rope_t
             f"RoPE needs a positive rope_theta and an even d_head, got rope_theta={rope_theta} and d_head={d_head}"
         )
     return num_kv_heads
+
+
+def check_repeated_heads(kv_heads: int, num_heads: int) -> None:
+    """repeat_kv_heads's argument check: num_heads a positive multiple of the kv_heads it repeats."""
+    if positive_int(num_heads, "num_heads") % kv_heads:
+        raise ValueError(
+            f"num_heads must be a positive multiple of x's {kv_heads} key-value heads, got num_heads={num_heads}"
+        )
 
 
 def check_multi_head_inputs(
@@ -332,7 +340,6 @@ def check_beam_search_inputs(
 
 
 def check_sampling_inputs(temperature: float, top_k: int | None) -> int | None:
-    """sample_token's argument checks; returns top_k as an int, or None."""
-    if not temperature > 0:
-        raise ValueError(f"temperature must be positive, got temperature={temperature}")
+    """sample_token's argument checks (temperature finite and > 0); returns top_k as an int, or None."""
+    real(temperature, "temperature", above=0)
     return None if top_k is None else positive_int(top_k, "top_k")

@@ -24,6 +24,7 @@ from torch.overrides import TorchFunctionMode
 
 from transformer_book.helpers import device
 from transformer_book.runtime import LABEL_INK, PALETTE, diagram_arrow, diagram_box, number_cells, plot_heatmap
+from transformer_book.validation import integer
 
 if TYPE_CHECKING:  # plotting is imported where it is used, not with the module
     from matplotlib.axes import Axes
@@ -64,8 +65,7 @@ def draw_layer_graphs(n: int) -> Figure:
     from the first input to the last output is drawn in orange: ``n`` arrows through the
     recurrence, one through self-attention.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise ValueError(f"draw_layer_graphs needs a whole number of positions n >= 2, got {n!r}")
+    n = integer(n, "n", minimum=2)  # a route needs two positions
     fig, axes = _subplots(1, 2, figsize=(9.0, 2.9))
     grey, route = "#9a9a9a", "#D55E00"
 

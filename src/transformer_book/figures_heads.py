@@ -25,6 +25,7 @@ from transformer_book.runtime import (
     number_cells,
     plot_heatmap,
 )
+from transformer_book.validation import positive_int
 
 if TYPE_CHECKING:  # plotting is imported where it is used, not with the package
     from matplotlib.axes import Axes
@@ -131,10 +132,9 @@ def draw_multi_head_flow(heads_drawn: int = 3) -> Figure:
     ``heads_drawn`` boxes are stacked behind each per-head step to picture the h heads.
 
     Raises:
-        ValueError: if heads_drawn is less than 1.
+        ValueError: if heads_drawn is not a positive integer.
     """
-    if isinstance(heads_drawn, bool) or not isinstance(heads_drawn, int) or heads_drawn < 1:
-        raise ValueError(f"heads_drawn must be a positive int, got {heads_drawn!r}")
+    heads_drawn = positive_int(heads_drawn, "heads_drawn")
     import matplotlib.pyplot as plt
 
     def mha_box(ax: Axes, x: float, y: float, width: float, title: str, code: str, kind: str, copies: int = 0) -> None:

@@ -19,6 +19,7 @@ import torch
 
 from transformer_book.checks import refusal
 from transformer_book.runtime import glue, plot_heatmap
+from transformer_book.validation import positive_int
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -50,8 +51,7 @@ def until_target(
     ``train`` asks for batch k after k optimizer steps, so the value recorded at step k is that
     of the model after k steps.
     """
-    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-        raise ValueError(f"every must be a positive integer, got every={every!r}")
+    every = positive_int(every, "every")
     for step, batch in enumerate(batches):
         if step > 0 and step % every == 0:
             curve[step] = measure()
@@ -75,8 +75,7 @@ def median_seconds(call: Callable[[], object], repeats: int) -> float:
 
     A plain loop, without warm-up calls: on one CPU thread there is nothing to wait for.
     """
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be a positive integer, got repeats={repeats!r}")
+    repeats = positive_int(repeats, "repeats")
     times = []
     for _ in range(repeats):
         start = time.perf_counter()

@@ -2,12 +2,16 @@
 
 One rule for every size and count in the book: Python and NumPy integers are accepted and
 returned as ``int``; a bool is refused (``True`` is not a size, though Python counts it as 1), and
-so is a float such as ``2.0``. Every error is a ``ValueError`` that names the argument and the
+so is a float such as ``2.0``. One rule for every other number (a rate, a temperature, a weight):
+Python's and NumPy's ints and floats are accepted, a bool is refused, and so are NaN and infinity,
+which no formula of the book means. Every error is a ``ValueError`` that names the argument and the
 value it got, so a reader sees at once which call was wrong.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 import operator
 
 import torch
@@ -37,6 +41,54 @@ def _as_int(value: object, name: str, what: str) -> int:
         except TypeError:
             pass
     raise ValueError(f"{name} must be {what}, got {name}={value!r}")
+
+
+def real(
+    value: object,
+    name: str,
+    *,
+    above: float | None = None,
+    at_least: float | None = None,
+    at_most: float | None = None,
+    below: float | None = None,
+    infinite: bool = False,
+) -> float:
+    """Return value as a float; raise ValueError naming the argument unless it is a finite real number in bounds.
+
+    A real number is a Python or NumPy int or float, not a bool. The bounds are optional: ``above < value``,
+    ``at_least <= value``, ``value <= at_most``, ``value < below``. NaN is always refused, infinity unless
+    ``infinite`` is set (then only the bounds decide).
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a real number, got {name}={value!r}")
+    number = float(value)
+    wanted = _bounds(above, at_least, at_most, below)
+    if math.isnan(number) or (math.isinf(number) and not infinite):
+        finite = "a number" if infinite else "finite"  # with infinite set, only NaN lands here
+        raise ValueError(f"{name} must be {finite}{' and ' + wanted if wanted else ''}, got {name}={value}")
+    if (
+        (above is not None and not number > above)
+        or (at_least is not None and not number >= at_least)
+        or (at_most is not None and not number <= at_most)
+        or (below is not None and not number < below)
+    ):
+        raise ValueError(f"{name} must be {wanted}, got {name}={value}")
+    return number
+
+
+def _bounds(above: float | None, at_least: float | None, at_most: float | None, below: float | None) -> str:
+    """The bounds of real() in words: 'positive', 'at least 0', 'in [0, 1]', or '' for none."""
+    lower = f"({above}" if above is not None else None if at_least is None else f"[{at_least}"
+    upper = f"{below})" if below is not None else None if at_most is None else f"{at_most}]"
+    if lower is not None and upper is not None:
+        return f"in {lower}, {upper}"
+    if above is not None:
+        return "positive" if above == 0 else f"greater than {above}"
+    if at_least is not None:
+        return f"at least {at_least}"
+    if below is not None:
+        return f"less than {below}"
+    return "" if at_most is None else f"at most {at_most}"
 
 
 def probability(value: float, name: str = "dropout") -> float:
