@@ -29,7 +29,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_book import seconds_per_call, seed_everything
+from transformer_book import seconds_per_call
 from transformer_book.batching import Batch, make_batch
 from transformer_book.decoder import DecoderLayer
 from transformer_book.encoder import EncoderLayer
@@ -37,6 +37,7 @@ from transformer_book.full_model import TokenEmbedding, TransformerConfig, make_
 from transformer_book.label_smoothing import LabelSmoothingLoss
 from transformer_book.multi_head_attention import MultiHeadAttention, merge_heads, split_heads
 from transformer_book.positional_encoding import PositionalEncoding
+from transformer_book.runtime import seed_everything
 from transformer_book.self_attention import peak_memory_bytes
 
 

@@ -130,10 +130,40 @@ PACKAGE_IMPORT = re.compile(r"^\s*(?:from|import)\s+transformer_book(?:\.(\w+))?
 TYPE_CHECKING_BLOCK = re.compile(r"^if TYPE_CHECKING:[^\n]*\n(?:[ \t]+[^\n]*\n|[ \t]*\n)*", re.MULTILINE)
 
 
+FROM_PACKAGE = re.compile(r"^\s*from\s+transformer_book\s+import\s+(\([^)]*\)|[^\n]*)", re.MULTILINE)
+WHOLE_PACKAGE = re.compile(r"^\s*import\s+transformer_book\s*(?:as\s+\w+\s*)?(?:#[^\n]*)?$", re.MULTILINE)
+
+
 def imported_modules(text: str) -> set[str]:
-    """Package modules named by the imports in text, outside ``if TYPE_CHECKING:`` blocks;
-    ``from transformer_book import …`` is __init__."""
-    return {match.group(1) or "__init__" for match in PACKAGE_IMPORT.finditer(TYPE_CHECKING_BLOCK.sub("", text))}
+    """Package modules named by the imports in text, outside ``if TYPE_CHECKING:`` blocks. A name
+    imported from the package's top level (``from transformer_book import device``) counts as the
+    module that defines it (``helpers``), followed through the façades that re-export it; only
+    ``import transformer_book`` itself, or a name the top level defines, counts as ``__init__``,
+    whose imports reach the whole library."""
+    text = TYPE_CHECKING_BLOCK.sub("", text)
+    modules = {match.group(1) for match in PACKAGE_IMPORT.finditer(text) if match.group(1)}
+    for match in FROM_PACKAGE.finditer(text):
+        names = re.sub(r"#[^\n]*", "", match.group(1)).strip().strip("()").replace("\n", " ").split(",")
+        for name in (name.split(" as ")[0].strip() for name in names):
+            if name:
+                modules.add(name if (PACKAGE / f"{name}.py").exists() else defining_module(name))
+    if WHOLE_PACKAGE.search(text):
+        modules.add("__init__")
+    return modules
+
+
+def defining_module(name: str, module: str = "__init__") -> str:
+    """The package module whose code defines ``name``, following ``from transformer_book.x import
+    name`` re-exports from ``module`` (the top level, then a façade such as ``models``)."""
+    path = PACKAGE / f"{module}.py"
+    if not path.exists():
+        return module
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("transformer_book."):
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    return defining_module(alias.name, node.module.removeprefix("transformer_book."))  # type: ignore[union-attr]
+    return module
 
 
 def reached_modules(text: str) -> set[str]:

@@ -394,7 +394,7 @@ GLUE_CELL_TITLE = "Colab: print each number of the text as the website shows it,
 GLUE_CELL = """import numbers
 import re
 
-import transformer_book
+import transformer_book.runtime
 from IPython.display import Markdown
 from IPython.display import display as show
 
@@ -402,7 +402,7 @@ from IPython.display import display as show
 SENTENCES = {sentences}
 MARKER = re.compile(r"\\[\\[(\\w+):([^\\]]*)\\]\\]")
 GLUED, SHOWN = {{}}, set()
-book_glue = transformer_book.glue
+book_glue = transformer_book.runtime.glue
 
 
 def glue(name, value, display=None):
@@ -422,7 +422,7 @@ def glue(name, value, display=None):
             show(Markdown("> " + MARKER.sub(lambda m: format(GLUED[m[1]], m[2]), text)))
 
 
-transformer_book.glue = transformer_book.runtime.glue = glue"""
+transformer_book.runtime.glue = glue"""
 
 
 def glue_cell(sentences: list[str]) -> Any:

@@ -8,7 +8,7 @@ counts; print, per claim, how often it held and by what margin; record it in ``r
 The chapters swept are exactly those that call ``check`` (``chapters.swept_chapters``). Every run
 executes a chapter itself, unchanged, in a fresh kernel, with ``BOOK_SEED`` (which moves all of the
 chapter's seeds: weights, data, sampling) and ``OMP_NUM_THREADS`` set. The chapter's hidden checks
-call ``transformer_book.check``; with ``BOOK_CLAIMS_LOG`` pointing into this script's scratch folder
+call ``transformer_book.runtime.check``; with ``BOOK_CLAIMS_LOG`` pointing into this script's scratch folder
 and ``BOOK_SWEEP_PARENT`` naming this process (a kernel honours the log only when this process is its
 parent, so the variable is refused anywhere else), each check is written to a log instead of raising,
 so one run reports every claim. Runs on the CPU hide the GPU; where CUDA

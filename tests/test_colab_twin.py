@@ -71,12 +71,10 @@ def test_the_twins_glue_prints_a_value_as_the_page_formats_it_and_each_sentence_
     import numpy as np
     import torch
 
-    import transformer_book
     import transformer_book.runtime
 
     book_glue = []
-    monkeypatch.setattr(transformer_book, "glue", lambda *args: book_glue.append(args))
-    monkeypatch.setattr(transformer_book.runtime, "glue", transformer_book.glue)
+    monkeypatch.setattr(transformer_book.runtime, "glue", lambda *args: book_glue.append(args))
     cell = colab_twin.glue_cell(["It answers [[score:.0%]] of [[count:,]].", "Alone: [[score:.1%]]."])
     assert colab_twin.is_twin_only(cell) and colab_twin.is_folded(cell)
     namespace: dict[str, Any] = {}
@@ -84,7 +82,7 @@ def test_the_twins_glue_prints_a_value_as_the_page_formats_it_and_each_sentence_
     shown: list[str] = []
     namespace["show"] = lambda markdown: shown.append(markdown.data)
     glue = namespace["glue"]
-    assert transformer_book.glue is glue and transformer_book.runtime.glue is glue
+    assert transformer_book.runtime.glue is glue
     glue("score", np.float64(0.5404761904761904))
     assert shown == ["> Alone: 54.0%."]  # the first sentence waits for its count
     glue("count", torch.tensor(1234))
@@ -229,7 +227,7 @@ x = 0
 It scores {glue:text}`score:.0%`.
 
 ```{code-cell} ipython3
-from transformer_book import glue
+from transformer_book.runtime import glue
 ```
 """
     code = [cell for cell in colab_notebook(jupytext.reads(text, fmt="myst")).cells if cell.cell_type == "code"]

@@ -14,7 +14,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.text import Annotation
 
 from transformer_book import figures_attention as fa
-from transformer_book import use_book_style
+from transformer_book.runtime import use_book_style
 
 
 @pytest.fixture(autouse=True)

@@ -60,16 +60,16 @@ def test_by_device_picks_the_cpu_setting_on_cpu(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_seed_everything_makes_torch_and_numpy_repeatable() -> None:
-    transformer_book.seed_everything(3)
+    runtime.seed_everything(3)
     first = (torch.rand(4), np.random.rand(4))
-    transformer_book.seed_everything(3)
+    runtime.seed_everything(3)
     second = (torch.rand(4), np.random.rand(4))
     assert torch.equal(first[0], second[0])
     assert np.array_equal(first[1], second[1])
 
 
 def test_book_style_sets_an_opaque_background_and_uniform_colour_map() -> None:
-    transformer_book.use_book_style()
+    runtime.use_book_style()
     assert plt.rcParams["figure.facecolor"] == "white"
     assert plt.rcParams["image.cmap"] == "viridis"
 
@@ -96,17 +96,17 @@ def test_glue_without_myst_nb_prints_numbers_and_closes_figures(monkeypatch, cap
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_myst_nb)
-    transformer_book.glue("answer", np.float32(0.5))
+    runtime.glue("answer", np.float32(0.5))
     assert capsys.readouterr().out.strip() == "answer = 0.5"
     figure = plt.figure()
-    transformer_book.glue("figure", figure, display=False)
+    runtime.glue("figure", figure, display=False)
     assert not plt.fignum_exists(figure.number)
 
 
 def test_plot_heatmap_rejects_non_matrices() -> None:
     figure, axes = plt.subplots()
     with pytest.raises(ValueError, match="2-D matrix"):
-        transformer_book.plot_heatmap(axes, torch.zeros(2, 2, 2))
+        runtime.plot_heatmap(axes, torch.zeros(2, 2, 2))
     plt.close(figure)
 
 
@@ -157,17 +157,17 @@ def test_glue_shows_tables_but_not_numbers_in_the_book_by_default(monkeypatch) -
 
     shown = {}  # type: ignore[var-annotated]
     monkeypatch.setattr(myst_nb, "glue", lambda name, value, display: shown.__setitem__(name, display))
-    transformer_book.glue("number", 1.5)
-    transformer_book.glue("text", "cpu")
-    transformer_book.glue("table", [[1, 2]])
-    transformer_book.glue("forced", 2.0, display=True)
+    runtime.glue("number", 1.5)
+    runtime.glue("text", "cpu")
+    runtime.glue("table", [[1, 2]])
+    runtime.glue("forced", 2.0, display=True)
     assert shown == {"number": False, "text": False, "table": True, "forced": True}
 
 
 def test_progress_draws_the_finished_bar_once_when_output_is_captured(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    bar = transformer_book.progress(range(5), desc="training")
+    bar = runtime.progress(range(5), desc="training")
     for step in bar:
         bar.set_postfix(loss=1.0 / (step + 1), refresh=False)
     printed = capsys.readouterr().out

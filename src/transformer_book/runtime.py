@@ -1,12 +1,12 @@
-"""What the chapters need to run: seeds, ``by_device``, checks of claims, progress bars, figure
-style, heatmaps and ``glue``. Written by hand. No model module imports it; the training loop takes
-its progress bar from here, and plotting and tqdm are imported only when first used.
+"""What the chapters need to run: seeds, ``by_device``, checks of claims, figure style, heatmaps
+and ``glue`` (and, from :mod:`transformer_book.progress`, the training loop's progress bar). Written
+by hand. This is the book's side of the package: no library module (models, data, training,
+generation, loaders) imports it, and ``tests/test_package_layers.py`` keeps it so. Plotting is
+imported only when first used.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
 import math
 import numbers
@@ -15,17 +15,19 @@ import platform
 import random
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
 
 from transformer_book.helpers import device, on_accelerator
+from transformer_book.progress import (
+    progress as progress,  # re-exported: the chapters draw their own loops' bars with it
+)
 
-if TYPE_CHECKING:  # plotting and progress bars are imported where they are used, not with the models
+if TYPE_CHECKING:  # plotting is imported where it is used, not with the models
     from matplotlib.axes import Axes
-    from tqdm import tqdm
 
 T = TypeVar("T")
 
@@ -231,50 +233,6 @@ def _sweep_log() -> str | None:
             f"unset it (unset {CLAIMS_LOG_VARIABLE}) and run again."
         )
     return log
-
-
-def progress(iterable: Iterable[T], *, desc: str, total: int | None = None, disable: bool = False) -> tqdm[T]:
-    """A progress bar for a training loop, fitted to where the chapter runs (none with ``disable``).
-
-    - In Jupyter or Colab with ipywidgets: tqdm's live notebook bar.
-    - In a terminal: tqdm's live text bar.
-    - Anywhere else, such as the book's build, where every redraw would stay in the
-      page as a line of its own: nothing while running, then the finished bar once.
-
-    Report a running loss with ``bar.set_postfix(loss=..., refresh=False)``, so that
-    the quiet bar stays quiet until the end.
-    """
-    from tqdm import tqdm
-
-    if disable:  # a bar that draws nothing, so the loop's code stays the same
-        return tqdm(iterable, desc=desc, total=total, disable=True)
-    in_notebook = "ipykernel" in sys.modules
-    if in_notebook and importlib.util.find_spec("ipywidgets") is not None:
-        from tqdm.notebook import tqdm as notebook_tqdm
-
-        bar: tqdm[T] = notebook_tqdm(iterable, desc=desc, total=total)
-        return bar
-    if sys.stdout.isatty():
-        return tqdm(iterable, desc=desc, total=total, file=sys.stdout)
-    return _finished_bar_class()(iterable, desc=desc, total=total, file=sys.stdout)
-
-
-@functools.cache  # one class, made on first use: tqdm is imported only when a bar is shown
-def _finished_bar_class() -> type[tqdm[Any]]:
-    """tqdm's bar that draws nothing until it is closed, then draws its final state once."""
-    from tqdm import tqdm
-
-    class FinishedBar(tqdm):  # type: ignore[type-arg]  # tqdm is generic only in its stubs
-        def __init__(self, iterable: Iterable[T], *, desc: str, total: int | None, file: Any) -> None:
-            # An infinite delay keeps tqdm from drawing while the loop runs.
-            super().__init__(iterable, desc=desc, total=total, file=file, delay=float("inf"), mininterval=float("inf"))
-
-        def close(self) -> None:
-            # tqdm skips the final draw of a bar it never showed; lifting the delay restores it.
-            self.delay = 0
-            super().close()
-
-    return FinishedBar
 
 
 def use_book_style() -> None:
