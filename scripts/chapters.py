@@ -158,12 +158,36 @@ def defining_module(name: str, module: str = "__init__") -> str:
     path = PACKAGE / f"{module}.py"
     if not path.exists():
         return module
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("transformer_book."):
+            source = (node.module or "").removeprefix("transformer_book.")
             for alias in node.names:
                 if (alias.asname or alias.name) == name:
-                    return defining_module(alias.name, node.module.removeprefix("transformer_book."))  # type: ignore[union-attr]
+                    return defining_module(alias.name, source)
+                if alias.name == "*" and _defines(source, name):  # from transformer_book.models import *
+                    return defining_module(name, source)
     return module
+
+
+def _defines(module: str, name: str) -> bool:
+    """Whether ``module`` binds ``name`` at its top level: a def, a class, an assignment or an import."""
+    path = PACKAGE / f"{module}.py"
+    if not path.exists():
+        return False
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return True
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        if any(isinstance(target, ast.Name) and target.id == name for target in targets):
+            return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+            (alias.asname or alias.name).split(".")[0] == name for alias in node.names
+        ):
+            return True
+    return False
 
 
 def reached_modules(text: str) -> set[str]:
