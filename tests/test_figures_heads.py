@@ -28,7 +28,6 @@ from transformer_book.figures_heads import (
     draw_similarity_by_distance,
     draw_sinusoidal_table,
     draw_split_and_merge,
-    show_value_error,
 )
 from transformer_book.multi_head_attention import MultiHeadAttention, merge_heads, split_heads
 from transformer_book.positional_encoding import rotation_matrix, sinusoidal_encoding
@@ -261,20 +260,3 @@ def test_mean_attention_maps_annotate_every_cell_and_share_one_colour_bar() -> N
         draw_mean_attention_maps({"a": torch.eye(3), "b": torch.zeros(3, 4)})
     with pytest.raises(ValueError, match="two maps"):
         draw_mean_attention_maps({"a": torch.eye(3)})
-
-
-def test_show_value_error_prints_the_wrapped_message_and_insists_on_an_error(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    def refuse() -> None:
-        raise ValueError("word " * 40)
-
-    error = show_value_error(refuse, width=40)
-    assert isinstance(error, ValueError) and str(error) == "word " * 40
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("ValueError: word") and len(lines) > 3
-    # the message is wrapped to 40 columns, after the "ValueError: " in front of its first line
-    assert len(lines[0]) <= len("ValueError: ") + 40 and all(len(line) <= 40 for line in lines[1:])
-    assert " ".join(line.strip() for line in lines) == "ValueError: " + ("word " * 40).strip()
-    with pytest.raises(AssertionError, match="no ValueError"):
-        show_value_error(lambda: None)

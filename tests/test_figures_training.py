@@ -125,21 +125,6 @@ def test_decoding_times_gives_one_row_per_length_on_one_thread_and_restores_the_
         ft.decoding_times({"a": len}, [8], repeats={"a": [1]}, sentences=1)  # type: ignore[dict-item]
 
 
-def test_error_messages_collects_the_value_errors_and_prints_them(capsys: pytest.CaptureFixture[str]) -> None:
-    def fails() -> None:
-        raise ValueError("beam_size must be a positive integer, got beam_size=0")
-
-    messages = ft.error_messages({"beam size 0": fails, "fine": lambda: None})
-    assert messages == {"beam size 0": "beam_size must be a positive integer, got beam_size=0"}
-    assert capsys.readouterr().out == f"{'beam size 0':>30}: beam_size must be a positive integer, got beam_size=0\n"
-
-    def breaks() -> None:
-        raise TypeError("not a ValueError")
-
-    with pytest.raises(TypeError):
-        ft.error_messages({"other": breaks})
-
-
 # ---------------------------------------------------------------------------------------------
 # Figures
 

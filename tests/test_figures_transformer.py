@@ -46,17 +46,6 @@ def texts(fig: Any) -> list[str]:
 # Shared plumbing
 
 
-def test_value_error_messages_collects_each_message_in_order_and_skips_calls_that_pass(capsys) -> None:
-    def fails(message: str, kind: type[Exception] = ValueError) -> None:
-        raise kind(message)
-
-    messages = figures.value_error_messages([lambda: fails("first"), lambda: None, lambda: fails("second")])
-    assert messages == ["first", "second"]
-    assert capsys.readouterr().out == "ValueError: first\nValueError: second\n"
-    with pytest.raises(TypeError, match="not a ValueError"):
-        figures.value_error_messages([lambda: fails("not a ValueError", TypeError)])
-
-
 def test_pad_token_ids_pads_after_each_sentence_and_names_unknown_words() -> None:
     token_id = {"<pad>": 0, "a": 1, "b": 2, "c": 3}
     ids, lengths = figures.pad_token_ids(["a b c", "c", "b a"], token_id, 0)

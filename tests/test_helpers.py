@@ -371,3 +371,25 @@ def test_nudge_parameters_refuses_a_scale_that_is_not_positive_and_finite(scale:
 def test_nudge_parameters_refuses_what_is_not_a_module() -> None:
     with pytest.raises(TypeError, match="needs a torch.nn.Module, got Tensor"):
         helpers.nudge_parameters(torch.zeros(2), 0.1)  # type: ignore[arg-type]
+
+
+def test_show_refusal_prints_the_wrapped_message_and_insists_on_a_value_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def refuse() -> None:
+        raise ValueError("word " * 40)
+
+    message = runtime.show_refusal(refuse, label="forty words", width=40)
+    assert message == "word " * 40
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("forty words: ValueError: word") and len(lines) > 3
+    assert all(len(line) <= 40 for line in lines)
+    assert " ".join(line.strip() for line in lines) == "forty words: ValueError: " + ("word " * 40).strip()
+    with pytest.raises(AssertionError, match="the call raised no ValueError, but the text shows it refused"):
+        runtime.show_refusal(lambda: None)
+
+    def breaks() -> None:
+        raise TypeError("not a ValueError")
+
+    with pytest.raises(TypeError, match="not a ValueError"):
+        runtime.show_refusal(breaks)  # only a refusal is shown; any other error is a bug and propagates

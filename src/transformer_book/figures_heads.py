@@ -1,16 +1,15 @@
 """Figures and small harnesses of the multi-head-attention and positional-encoding chapters.
 
 Written by hand, not exported: the chapters compute what a figure shows and pass it in; these
-functions only draw (or, for ``count_multiply_adds``, measure, and for ``describe_entries`` and
-``show_value_error``, say in words). Matplotlib is imported inside each function, never when the
+functions only draw (or, for ``count_multiply_adds``, measure, and for ``describe_entries``, say
+in words). Matplotlib is imported inside each function, never when the
 package is imported.
 """
 
 from __future__ import annotations
 
 import math
-import textwrap
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -502,17 +501,3 @@ def draw_mean_attention_maps(maps: Mapping[str, Tensor]) -> Figure:
         ax.set_ylabel("output position $i$ (attending)")
     fig.colorbar(axes[0].images[0], ax=axes, shrink=0.9, label="mean attention weight")
     return fig
-
-
-def show_value_error(action: Callable[[], object], width: int = 76) -> ValueError:
-    """Run ``action``, print the ValueError it raises wrapped to ``width`` columns, and return it.
-
-    Raises:
-        AssertionError: if action raises no ValueError (the call was meant to be refused).
-    """
-    try:
-        action()
-    except ValueError as error:
-        print("ValueError:", textwrap.fill(str(error), width=width, subsequent_indent="    "))
-        return error
-    raise AssertionError("show_value_error: the action raised no ValueError")

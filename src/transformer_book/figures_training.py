@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import torch
 
-from transformer_book.checks import refusal
 from transformer_book.runtime import glue, plot_heatmap
 from transformer_book.validation import positive_int
 
@@ -128,19 +127,6 @@ def decoding_times(
     finally:
         torch.set_num_threads(threads)
     return rows
-
-
-def error_messages(calls: Mapping[str, Callable[[], object]]) -> dict[str, str]:
-    """Run each call, which should raise ValueError, and print and return its message by problem.
-
-    A call that raises nothing is left out of the result (the chapter's checks then see it
-    missing); any other exception propagates.
-    """
-    refused = {problem: refusal(call) for problem, call in calls.items()}
-    messages = {problem: message for problem, message in refused.items() if message is not None}
-    for problem, message in messages.items():
-        print(f"{problem:>30}: {message}")
-    return messages
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,7 +18,6 @@ import torch
 from torch import Tensor, nn
 
 import transformer_book.multi_head_attention as mha
-from transformer_book.checks import refusal
 from transformer_book.runtime import PALETTE, diagram_arrow, diagram_box, plot_heatmap
 
 if TYPE_CHECKING:
@@ -37,21 +36,6 @@ def _check_curves(curves: Mapping[str, Sequence[float]], what: str) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Plumbing shared by several chapters
-
-
-def value_error_messages(calls: Iterable[Callable[[], object]]) -> list[str]:
-    """Run each call, which should raise ValueError; print each message and return them in order.
-
-    A call that raises nothing adds no message, so the caller's check of the list sees it; any
-    other exception propagates.
-    """
-    messages = []
-    for bad_call in calls:
-        message = refusal(bad_call)
-        if message is not None:
-            print("ValueError:", message)
-            messages.append(message)
-    return messages
 
 
 def pad_token_ids(

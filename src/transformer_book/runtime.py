@@ -15,12 +15,14 @@ import platform
 import random
 import re
 import sys
+import textwrap
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
 
+from transformer_book.checks import refusal
 from transformer_book.helpers import device, on_accelerator
 from transformer_book.progress import (
     progress as progress,  # re-exported: the chapters draw their own loops' bars with it
@@ -109,6 +111,24 @@ def seed_everything(seed: int = 0) -> None:
 
 class ClaimFailed(AssertionError):
     """A claim the text makes about a computed result does not hold in this run."""
+
+
+def show_refusal(call: Callable[[], object], *, label: str | None = None, width: int = 100) -> str:
+    """Run ``call``, which the book's code should refuse; print its ValueError, wrapped to ``width``
+    columns (after ``label``, naming the problem, if given), and return the message.
+
+    The chapters show a refused call with it, and their checks then read the message. Any other
+    exception propagates.
+
+    Raises:
+        AssertionError: if ``call`` raises nothing, so the text's "this is refused" is false.
+    """
+    message = refusal(call)
+    if message is None:
+        raise AssertionError(f"{label or 'the call'} raised no ValueError, but the text shows it refused")
+    prefix = f"{label}: " if label else ""
+    print(textwrap.fill(f"{prefix}ValueError: {message}", width=width, subsequent_indent="    "))
+    return message
 
 
 def describe_run() -> str:
