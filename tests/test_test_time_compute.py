@@ -15,11 +15,13 @@ from transformer_book.decoder_only import DecoderOnlyTransformer
 from transformer_book.instruction_tuning import IGNORE_INDEX
 from transformer_book.test_time_compute import (
     final_answer,
+    greedy_match,
     majority_vote,
     pass_at_k,
     sample_answers,
     step_labels,
     steps_right,
+    train_until_right,
     verifier_rows,
 )
 from transformer_book.worked_steps import (
@@ -28,6 +30,7 @@ from transformer_book.worked_steps import (
     TOKEN_ID,
     VOCABULARY,
     Moves,
+    is_right,
     prompt_tokens,
     random_moves,
 )
@@ -112,3 +115,41 @@ def test_sampling_repeats_with_its_generator_and_greedy_needs_none() -> None:
     with torch.no_grad():
         first_choice = int(model(prompt)[0, -1].argmax())
     assert (greedy[0][0] or [TOKEN_ID["."]])[0] == first_choice
+
+
+def test_train_until_right_stops_at_the_target_or_the_budget_and_is_the_same_for_the_same_seeds() -> None:
+    rng = random.Random(0)
+    validation = [random_moves(moves, rng, test=False) for moves in (1, 2, 3) for _ in range(4)]
+
+    def trained(target: float) -> tuple[DecoderOnlyTransformer, int, float]:
+        # the warm-up takes 50 steps, so the budget is above it
+        return train_until_right(
+            validation,
+            target=target,
+            seed=1,
+            batches_seed=2,
+            device=torch.device("cpu"),
+            most_steps=60,
+            round_steps=30,
+            batch_size=8,
+        )
+
+    model, steps, match = trained(1.01)  # never reached: the budget stops it
+    assert steps == 60 and not model.training
+    assert match == greedy_match(model, validation) and 0.0 <= match <= 1.0
+    again, _, _ = trained(1.01)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+    _, first_round, _ = trained(0.0)  # any match reaches 0
+    assert first_round == 30, "the target is checked after every round, the first included"
+
+
+def test_greedy_match_is_the_share_of_questions_whose_greedy_final_answer_is_right() -> None:
+    rng = random.Random(3)
+    questions = [random_moves(2, rng, test=False) for _ in range(6)]
+    torch.manual_seed(0)
+    model = DecoderOnlyTransformer(
+        len(VOCABULARY), d_model=16, num_heads=2, num_layers=1, d_ff=32, max_len=PROMPT_LENGTH + MOST_MOVES + 1
+    ).eval()
+    written = sample_answers(model, questions)
+    expected = sum(is_right(q, final_answer(w[0])) for q, w in zip(questions, written)) / len(questions)
+    assert greedy_match(model, questions) == pytest.approx(expected)
