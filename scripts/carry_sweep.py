@@ -36,6 +36,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -66,15 +67,29 @@ class Results:
         return hashlib.sha256(json.dumps(self.values, sort_keys=True).encode()).hexdigest()
 
 
+#: A cell of an HTML table (a pandas table's header and data cells).
+TABLE_CELL = re.compile(r"<t[dh]\b[^>]*>(.*?)</t[dh]>", re.DOTALL)
+
+
 def glued_values(notebook: nbformat.NotebookNode) -> dict[str, str]:
-    """Every value the executed notebook glued (myst-nb marks each output with its scrapbook name), as
-    the JSON of its data: the text of a number or sentence, the HTML of a table, a figure's image."""
+    """Every value the executed notebook glued (myst-nb marks each output with its scrapbook name):
+    the JSON of its data (the text of a number or sentence, a figure's image), and a table cell by
+    cell, so that a column of wall-clock times leaves out only its own cells, not the table's results."""
     found = {}
     for cell in notebook.cells:
         for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
             name = output.get("metadata", {}).get("scrapbook", {}).get("name")
-            if name is not None:
-                found[f"glued: {name}"] = json.dumps(output.get("data", {}), sort_keys=True)
+            if name is None:
+                continue
+            data = output.get("data", {})
+            html = next((text for kind, text in sorted(data.items()) if kind.endswith("text/html")), "")
+            cells = TABLE_CELL.findall(html if isinstance(html, str) else "".join(html))
+            if not cells:
+                found[f"glued: {name}"] = json.dumps(data, sort_keys=True)
+                continue
+            found[f"glued: {name} (cells)"] = str(len(cells))  # the table's shape, as one value
+            for number, text in enumerate(cells):
+                found[f"glued: {name} cell {number}"] = " ".join(text.split())
     return found
 
 

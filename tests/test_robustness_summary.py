@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import carry_sweep
+import nbformat
 import pytest
 
 import robustness
@@ -455,3 +456,32 @@ def test_a_carry_needs_every_result_identical_and_leaves_out_only_what_varies_be
         before, _results(loss="1.5", seconds="2.0"), _results(loss="1.5", seconds="2.0", figure="png")
     )
     assert not lost.carried and lost.changed == ["figure"], "a value the new code no longer glues is a change"
+
+
+def test_a_glued_table_is_compared_cell_by_cell_so_a_time_column_leaves_out_only_its_cells() -> None:
+    def notebook(seconds: str, accuracy: str) -> nbformat.NotebookNode:
+        table = f"<table><tr><th>model</th><th>accuracy</th><th>seconds</th></tr><tr><td>a</td><td>{accuracy}</td><td>{seconds}</td></tr></table>"
+        glued = nbformat.v4.new_output(
+            "display_data",
+            data={"text/html": table, "text/plain": f"a {accuracy} {seconds}"},
+            metadata={"scrapbook": {"name": "results"}},
+        )
+        number = nbformat.v4.new_output(
+            "display_data",
+            data={"application/papermill.record/text/plain": accuracy},
+            metadata={"scrapbook": {"name": "accuracy"}},
+        )
+        code = nbformat.v4.new_code_cell("")
+        code.outputs = [glued, number]
+        book: nbformat.NotebookNode = nbformat.v4.new_notebook(cells=[code])
+        return book
+
+    def results(seconds: str, accuracy: str) -> carry_sweep.Results:
+        return carry_sweep.Results(carry_sweep.glued_values(notebook(seconds, accuracy)))
+
+    before = results("1.2", "0.91")
+    assert before.values["glued: results cell 4"] == "0.91" and before.values["glued: results (cells)"] == "6"
+    timing = carry_sweep.judge(before, results("1.5", "0.91"), results("1.3", "0.91"))
+    assert timing.carried and timing.measurements == ["glued: results cell 5"]
+    changed = carry_sweep.judge(before, results("1.5", "0.92"), results("1.3", "0.91"))
+    assert not changed.carried and "glued: results cell 4" in changed.changed and "glued: accuracy" in changed.changed
