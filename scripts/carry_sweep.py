@@ -49,7 +49,7 @@ import jupytext
 import nbformat
 
 from chapters import ROOT, ChapterFailed, execute_notebook, experiment_fingerprint, swept_chapters
-from robustness import CARRIED, SUMMARY, machine, record_digest, sweep_variables
+from robustness import CARRIED, SUMMARY, machine, signed, sweep_variables
 
 #: The one setting a carry compares at: the book's own seed, one thread (the most deterministic).
 SEED, THREADS = 0, 1
@@ -184,7 +184,7 @@ def carry_record(chapter: str, old: str, new: str, base: str, verdict: Verdict, 
         "measurements": verdict.measurements,
         "results_digest": after.digest(),
     }
-    return fields | {"record_digest": record_digest(fields)}
+    return signed(fields)
 
 
 def main(arguments: list[str]) -> int:
@@ -248,9 +248,11 @@ def main(arguments: list[str]) -> int:
                     refused.append(chapter.stem)
                     print(f"{chapter.stem}: NOT carried; the change altered {verdict.changed}", flush=True)
                     continue
+                identical = f"{verdict.compared} values identical" + (
+                    f"; measurements left out: {verdict.measurements}" if verdict.measurements else ""
+                )
                 if options.no_record:
-                    left_out = f"; measurements left out: {verdict.measurements}" if verdict.measurements else ""
-                    print(f"{chapter.stem}: {verdict.compared} values identical{left_out} (not recorded)", flush=True)
+                    print(f"{chapter.stem}: {identical} (not recorded)", flush=True)
                     continue
                 carry = carry_record(chapter.stem, old, new, base, verdict, after)
                 with CARRIED.open("a") as file:
@@ -258,10 +260,7 @@ def main(arguments: list[str]) -> int:
                 row["fingerprint"] = new
                 row.setdefault("carried", []).append({"from": old, "to": new, "base": base, "date": carry["date"]})
                 SUMMARY.write_text(json.dumps(summary, indent=1) + "\n")
-                left_out = f"; measurements left out: {verdict.measurements}" if verdict.measurements else ""
-                print(
-                    f"{chapter.stem}: carried {old} -> {new}, {verdict.compared} values identical{left_out}", flush=True
-                )
+                print(f"{chapter.stem}: carried {old} -> {new}, {identical}", flush=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=False)
     if refused:

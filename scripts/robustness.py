@@ -112,7 +112,7 @@ class Outcome:
 
     def as_json(self) -> str:
         fields = self.fields()
-        return json.dumps(fields | {"record_digest": record_digest(fields)})
+        return json.dumps(signed(fields))
 
 
 def record_digest(fields: dict[str, Any]) -> str:
@@ -125,6 +125,7 @@ def load_runs(paths: list[Path], chapters: list[Path]) -> list[Outcome]:
     """The saved runs of the given chapters. Refuses a run without the digest of its executed
     outputs, a record edited after its run, and a run of a chapter whose code changed since."""
     by_stem = {chapter.stem: chapter for chapter in chapters}
+    accepted = current_fingerprints(chapters)
     outcomes = []
     for path in paths:
         for number, line in enumerate(path.read_text().splitlines(), start=1):
@@ -132,7 +133,7 @@ def load_runs(paths: list[Path], chapters: list[Path]) -> list[Outcome]:
             chapter = by_stem.get(saved["chapter"])
             if chapter is None:
                 continue
-            reason = refusal(saved, accepted_fingerprints(chapter.stem, experiment_fingerprint(chapter)))
+            reason = refusal(saved, accepted[chapter.stem])
             if reason:
                 where = f"{path}:{number}: the run of {chapter.name} (seed {saved['seed']}, {saved['threads']} threads)"
                 raise SystemExit(f"{where} {reason}")
@@ -152,6 +153,22 @@ def load_runs(paths: list[Path], chapters: list[Path]) -> list[Outcome]:
     return outcomes
 
 
+def current_fingerprints(chapters: list[Path]) -> dict[str, set[str]]:
+    """Per chapter, the fingerprints whose runs count now: its current code's and those carried to it."""
+    return {chapter.stem: accepted_fingerprints(chapter.stem, experiment_fingerprint(chapter)) for chapter in chapters}
+
+
+def signed(fields: dict[str, Any]) -> dict[str, Any]:
+    """A record (a run, a carry) with the digest over its fields that ``edited`` checks."""
+    return fields | {"record_digest": record_digest(fields)}
+
+
+def edited(saved: dict[str, Any]) -> bool:
+    """Whether a saved record (a run, a carry) no longer matches the digest written with it."""
+    fields = {key: value for key, value in saved.items() if key != "record_digest"}
+    return saved.get("record_digest") != record_digest(fields)
+
+
 def accepted_fingerprints(chapter: str, current: str, carried: Path | None = None) -> set[str]:
     """The code whose runs count as runs of ``current``: itself, and each older version from which
     ``scripts/carry_sweep.py`` carried the chapter's sweep, by execution, to it (directly or through
@@ -161,8 +178,7 @@ def accepted_fingerprints(chapter: str, current: str, carried: Path | None = Non
     if carried.exists():
         for number, line in enumerate(carried.read_text().splitlines(), start=1):
             saved = json.loads(line)
-            fields = {key: value for key, value in saved.items() if key != "record_digest"}
-            if saved.get("record_digest") != record_digest(fields):
+            if edited(saved):
                 raise SystemExit(f"{carried}:{number}: a carry edited after it was written (its digest does not match)")
             if saved["chapter"] == chapter:
                 carries.append((saved["from"], saved["to"]))
@@ -181,8 +197,7 @@ def refusal(saved: dict[str, Any], fingerprint: str | set[str]) -> str | None:
     accepted = {fingerprint} if isinstance(fingerprint, str) else fingerprint
     if not saved.get("outputs_digest"):
         return "carries no digest of its executed outputs: only execution writes a run"
-    fields = {key: value for key, value in saved.items() if key != "record_digest"}
-    if saved.get("record_digest") != record_digest(fields):
+    if edited(saved):
         return "was edited after it ran (its record digest does not match): run it again"
     if saved.get("fingerprint") not in accepted:
         return "predates the chapter's current code: run it again"
@@ -503,9 +518,7 @@ def drop_stale_runs(path: Path, chapters: list[Path]) -> None:
     changed since, or without the digests that only execution writes. Running is the only way back."""
     if not path.exists():
         return
-    current = {
-        chapter.stem: accepted_fingerprints(chapter.stem, experiment_fingerprint(chapter)) for chapter in chapters
-    }
+    current = current_fingerprints(chapters)
     kept, dropped = [], 0
     for line in path.read_text().splitlines():
         saved = json.loads(line)
