@@ -34,6 +34,7 @@ import jupytext
 import nbformat
 from colab_twin import colab_markdown, page_url
 
+import export
 from chapters import ROMAN_NUMERALS, ROOT, colab_bootstrap, parts, write_or_check
 
 ASSIGNMENTS = ROOT / "assignments"
@@ -57,16 +58,17 @@ class Question:
     success: str  # the sentence the grader prints on a pass
 
 
-def _top_level(cells: list[nbformat.NotebookNode], module: str) -> dict[str, tuple[str, ast.stmt]]:
+def _top_level(chapter: Path, cells: list[nbformat.NotebookNode]) -> dict[str, tuple[str, ast.stmt]]:
     """Each name a chapter's code cells bind at top level by an import or a def: the cell and the
-    statement. A def of a cell the chapter exports to the package is bound by importing it from there."""
+    statement. A def of a cell the chapter exports to the package is bound by importing it from the
+    module scripts/export.py writes it to."""
     bound: dict[str, tuple[str, ast.stmt]] = {}
     for cell in cells:
         exported = "export" in cell.metadata.get("tags", [])
         for node in ast.parse(cell.source).body:
             if isinstance(node, ast.FunctionDef | ast.ClassDef):
                 if exported:
-                    statement = f"from {module} import {node.name}"
+                    statement = f"from transformer_book.{export.cell_module(chapter, cell)} import {node.name}"
                     bound.setdefault(node.name, (statement, ast.parse(statement).body[0]))
                 else:
                     bound.setdefault(node.name, (cell.source, node))
@@ -130,8 +132,7 @@ def questions(chapter: Path) -> list[Question]:
 
     cells = jupytext.read(chapter).cells
     code = [cell.source for cell in cells if cell.cell_type == "code"]
-    package_module = "transformer_book." + chapter.stem.replace("-", "_")  # where scripts/export.py writes
-    bound = _top_level([cell for cell in cells if cell.cell_type == "code"], package_module)
+    bound = _top_level(chapter, [cell for cell in cells if cell.cell_type == "code"])
     found = []
     for index, cell in enumerate(cells):
         call = READER_CALL.search(cell.source) if cell.cell_type == "code" else None

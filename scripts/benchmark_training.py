@@ -30,15 +30,21 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_book import seconds_per_call
-from transformer_book.batching import Batch, make_batch
-from transformer_book.decoder import DecoderLayer
-from transformer_book.encoder import EncoderLayer
-from transformer_book.full_model import TokenEmbedding, TransformerConfig, make_transformer
-from transformer_book.label_smoothing import LabelSmoothingLoss
-from transformer_book.multi_head_attention import MultiHeadAttention, merge_heads, split_heads
-from transformer_book.positional_encoding import PositionalEncoding
+from transformer_book.data import Batch, make_batch
+from transformer_book.model import (
+    DecoderLayer,
+    EncoderLayer,
+    MultiHeadAttention,
+    PositionalEncoding,
+    TokenEmbedding,
+    TransformerConfig,
+    make_transformer,
+    merge_heads,
+    split_heads,
+)
 from transformer_book.runtime import seed_everything
 from transformer_book.self_attention import peak_memory_bytes
+from transformer_book.training import LabelSmoothingLoss
 
 
 class TorchTransformer(nn.Module):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from transformer_book.decoder_only import DecoderOnlyTransformer, validation_loss
+from transformer_book.model import DecoderOnlyTransformer
 from transformer_book.pretraining import (
     BOOK_MODEL,
     PretrainingRecipe,
@@ -31,6 +31,7 @@ from transformer_book.pretraining import (
     save_pretrained,
 )
 from transformer_book.tokenization import BytePairTokenizer
+from transformer_book.training import validation_loss
 
 
 def main(arguments: list[str]) -> int:

@@ -1,4 +1,4 @@
-"""Unit tests for transformer_book.batching (exported from book/batching.md)."""
+"""Unit tests for transformer_book.data (exported from book/batching.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from transformer_book.batching import (
+from transformer_book.data import (
     COPY_SYMBOLS,
     COPY_VOCAB_SIZE,
     END_ID,
@@ -19,7 +19,7 @@ from transformer_book.batching import (
     random_copy_sequence,
     shuffled_batches,
 )
-from transformer_book.scaled_dot_product import causal_mask
+from transformer_book.model import causal_mask
 
 SOURCES = [[3, 4, 5, 6], [7, 8], [5]]
 

@@ -1,4 +1,4 @@
-"""Unit tests for transformer_book.block_anatomy (exported from book/block-anatomy.md)."""
+"""Unit tests for transformer_book.model (exported from book/block-anatomy.md)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from transformer_book.block_anatomy import (
-    LayerNorm,
-    PositionwiseFeedForward,
-    SublayerConnection,
-    check_activation,
-)
 from transformer_book.checks import check_features
+from transformer_book.model import LayerNorm, PositionwiseFeedForward, SublayerConnection, check_activation
 from transformer_book.torch_loading import load_torch_feed_forward, load_torch_layer_norm
 
 

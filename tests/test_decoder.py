@@ -1,4 +1,4 @@
-"""Unit tests for transformer_book.decoder (exported from book/decoder.md)."""
+"""Unit tests for transformer_book.model (exported from book/decoder.md)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,7 @@ import torch
 from torch import nn
 
 from torch_reference import nudge
-from transformer_book.block_anatomy import LayerNorm
-from transformer_book.decoder import (
-    Decoder,
-    DecoderLayer,
-    shift_right,
-)
-from transformer_book.scaled_dot_product import causal_mask, padding_mask
+from transformer_book.model import Decoder, DecoderLayer, LayerNorm, causal_mask, padding_mask, shift_right
 from transformer_book.torch_loading import load_torch_decoder, load_torch_decoder_layer
 
 BATCH, M, N, D_MODEL, HEADS, D_FF, LAYERS = 2, 5, 7, 16, 4, 32, 2

@@ -1,4 +1,4 @@
-"""Unit tests for transformer_book.decoder_only (exported from book/decoder-only.md)."""
+"""Unit tests for transformer_book.model (exported from book/decoder-only.md)."""
 
 from __future__ import annotations
 
@@ -10,25 +10,19 @@ import pytest
 import torch
 from torch import nn
 
-from transformer_book.decoder import Decoder
-from transformer_book.decoder_only import (
-    DecoderOnlyTransformer,
-    KneserNey,
-    LanguageModelBatch,
-    bigram_probabilities,
-    language_model_batches,
+from transformer_book.data import LanguageModelBatch, language_model_batches, random_windows
+from transformer_book.decoding import IncrementalDecoder, generate
+from transformer_book.interop import load_torch_decoder_only_layer
+from transformer_book.model import Decoder, DecoderOnlyTransformer, TransformerConfig, make_transformer
+from transformer_book.ngram import KneserNey, bigram_probabilities, unigram_probabilities
+from transformer_book.training import (
+    LabelSmoothingLoss,
     language_model_optimizer,
-    load_torch_decoder_only_layer,
     loss_by_position,
-    random_windows,
-    unigram_probabilities,
+    train,
     validation_loss,
     warmup_cosine,
 )
-from transformer_book.decoding import IncrementalDecoder, generate
-from transformer_book.full_model import TransformerConfig, make_transformer
-from transformer_book.label_smoothing import LabelSmoothingLoss
-from transformer_book.training import train
 
 VOCAB, D_MODEL, HEADS, LAYERS, D_FF, MAX_LEN = 23, 16, 4, 2, 32, 12
 

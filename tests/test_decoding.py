@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from transformer_book import decoding
-from transformer_book.batching import END_ID, START_ID, make_batch, pad_sequences
+from transformer_book.data import END_ID, START_ID, make_batch, pad_sequences
 from transformer_book.decoding import (
     IncrementalDecoder,
     beam_search,
@@ -26,8 +26,7 @@ from transformer_book.decoding import (
     sample_decode,
     sample_token,
 )
-from transformer_book.full_model import Transformer, TransformerConfig, make_transformer
-from transformer_book.scaled_dot_product import padding_mask
+from transformer_book.model import Transformer, TransformerConfig, make_transformer, padding_mask
 
 VOCAB = 11
 

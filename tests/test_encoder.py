@@ -1,4 +1,4 @@
-"""Unit tests for transformer_book.encoder (exported from book/encoder.md)."""
+"""Unit tests for transformer_book.model (exported from book/encoder.md)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ import torch
 from torch import nn
 
 from torch_reference import nudge
-from transformer_book.block_anatomy import LayerNorm
-from transformer_book.encoder import Encoder, EncoderLayer
-from transformer_book.scaled_dot_product import padding_mask
+from transformer_book.model import Encoder, EncoderLayer, LayerNorm, padding_mask
 from transformer_book.torch_loading import load_torch_encoder, load_torch_encoder_layer, load_torch_final_norm
 
 BATCH, N, D_MODEL, HEADS, D_FF, LAYERS = 3, 6, 16, 4, 32, 3

@@ -1,4 +1,4 @@
-"""Unit tests for transformer_book.encoder_only (exported from book/encoder-only.md)."""
+"""Unit tests for transformer_book.model (exported from book/encoder-only.md)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,15 @@ import torch
 from torch import nn
 
 from torch_reference import random_transformers_model
-from transformer_book.encoder_only import (
-    IGNORE_INDEX,
+from transformer_book.data import IGNORE_INDEX, mask_tokens
+from transformer_book.interop import bert_from_huggingface
+from transformer_book.model import (
     EncoderClassifier,
     EncoderOnlyModel,
     MaskedLanguageModel,
     MaskedLanguageModelHead,
-    bert_from_huggingface,
-    mask_tokens,
+    causal_mask,
 )
-from transformer_book.scaled_dot_product import causal_mask
 from transformer_book.torch_loading import load_torch_encoder
 
 VOCAB, PAD, CLS, MASK = 20, 0, 18, 19

@@ -20,11 +20,10 @@ import transformer_book.exercises_rewards  # noqa: F401  (verifiable-rewards' gr
 import transformer_book.exercises_sampling  # noqa: F401  (test-time-compute's grader joins the registry on import)
 from chapters import ROOT, is_notebook
 from transformer_book.exercises import GRADERS, grade
-from transformer_book.label_smoothing import smoothed_targets
-from transformer_book.positional_encoding import sinusoidal_encoding
+from transformer_book.model import causal_mask, padding_mask, sinusoidal_encoding
 from transformer_book.relative_positions import apply_rope
-from transformer_book.scaled_dot_product import causal_mask, padding_mask
 from transformer_book.tokenization import merge_pair
+from transformer_book.training import smoothed_targets
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from transformer_book import decoding
-from transformer_book.decoder_only import DecoderOnlyTransformer
 from transformer_book.explorables import (
     HeadView,
     MemoryCalculator,
@@ -24,6 +23,7 @@ from transformer_book.explorables import (
     memory_estimate,
 )
 from transformer_book.helpers import count_parameters
+from transformer_book.model import DecoderOnlyTransformer
 from transformer_book.modern_decoder import kv_cache_bytes
 from transformer_book.precision_and_memory import model_state_bytes
 from transformer_book.scaling_laws import non_embedding_parameters, training_flops

@@ -289,7 +289,7 @@ def test_softmax_saturation_draws_the_largest_weight_and_three_gradients() -> No
 def test_attention_flow_shows_the_code_of_the_books_function() -> None:
     import inspect
 
-    from transformer_book.scaled_dot_product import scaled_dot_product_attention
+    from transformer_book.model import scaled_dot_product_attention
 
     source = inspect.getsource(scaled_dot_product_attention)
     words = texts(fa.draw_attention_flow().axes[0])

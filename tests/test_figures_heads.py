@@ -29,10 +29,15 @@ from transformer_book.figures_heads import (
     draw_sinusoidal_table,
     draw_split_and_merge,
 )
-from transformer_book.multi_head_attention import MultiHeadAttention, merge_heads, split_heads
-from transformer_book.positional_encoding import rotation_matrix, sinusoidal_encoding
+from transformer_book.model import (
+    MultiHeadAttention,
+    causal_mask,
+    merge_heads,
+    rotation_matrix,
+    sinusoidal_encoding,
+    split_heads,
+)
 from transformer_book.runtime import PALETTE
-from transformer_book.scaled_dot_product import causal_mask
 from transformer_book.torch_loading import load_torch_weights
 
 matplotlib.use("Agg")

@@ -14,14 +14,18 @@ from matplotlib.patches import FancyBboxPatch, Rectangle
 from matplotlib.text import Text
 from torch import nn
 
-import transformer_book.multi_head_attention as mha
+import transformer_book.model as model_module
 from transformer_book import count_parameters
 from transformer_book import figures_transformer as figures
-from transformer_book.block_anatomy import PositionwiseFeedForward
-from transformer_book.encoder import Encoder
-from transformer_book.full_model import SMALL_CONFIG, TransformerConfig, make_transformer
-from transformer_book.positional_encoding import PositionalEncoding
-from transformer_book.scaled_dot_product import padding_mask
+from transformer_book.model import (
+    SMALL_CONFIG,
+    Encoder,
+    PositionalEncoding,
+    PositionwiseFeedForward,
+    TransformerConfig,
+    make_transformer,
+    padding_mask,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -186,7 +190,7 @@ def small_encoder_batch() -> tuple[Encoder, nn.Embedding, PositionalEncoding, to
 
 def test_record_encoder_shapes_records_every_step_in_order_and_leaves_nothing_behind() -> None:
     encoder, embedding, positions, ids, mask = small_encoder_batch()
-    split_heads = mha.split_heads
+    split_heads = model_module.split_heads
     shapes = figures.record_encoder_shapes(encoder, embedding, positions, ids, mask)
     assert shapes == {
         "token ids": (2, 5),
@@ -203,7 +207,7 @@ def test_record_encoder_shapes_records_every_step_in_order_and_leaves_nothing_be
         "add & norm, layer output": (2, 5, 16),
         "memory, after N layers": (2, 5, 16),
     }
-    assert mha.split_heads is split_heads
+    assert model_module.split_heads is split_heads
     assert not embedding._forward_hooks and not encoder._forward_hooks
     assert not any(module._forward_hooks for module in encoder.modules())
 

@@ -9,9 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from transformer_book.decoder import DecoderLayer
-from transformer_book.decoder_only import DecoderOnlyTransformer
 from transformer_book.fine_tuning import DecoderClassifier, LoRALinear, add_lora, merge_lora, training_memory
+from transformer_book.model import DecoderLayer, DecoderOnlyTransformer
 
 
 def small_model() -> DecoderOnlyTransformer:

@@ -1,4 +1,4 @@
-"""Unit tests for transformer_book.full_model (exported from book/full-model.md)."""
+"""Unit tests for transformer_book.model (exported from book/full-model.md)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,22 @@ import torch
 from torch import nn
 
 from transformer_book import count_parameters
-from transformer_book.decoder import Decoder, DecoderLayer
-from transformer_book.full_model import (
+from transformer_book.interop import load_torch_transformer
+from transformer_book.model import (
     BASE_CONFIG,
     BIG_CONFIG,
     SMALL_CONFIG,
+    Decoder,
+    DecoderLayer,
     Generator,
+    PositionalEncoding,
     TokenEmbedding,
     Transformer,
     TransformerConfig,
-    load_torch_transformer,
+    causal_mask,
     make_transformer,
+    padding_mask,
 )
-from transformer_book.positional_encoding import PositionalEncoding
-from transformer_book.scaled_dot_product import causal_mask, padding_mask
 
 VOCAB, D_MODEL, HEADS, LAYERS, D_FF = 50, 16, 4, 2, 32
 SMALL = TransformerConfig(d_model=D_MODEL, num_heads=HEADS, num_layers=LAYERS, d_ff=D_FF, dropout=0.0)

@@ -1,4 +1,4 @@
-"""Unit tests for transformer_book.gpt2 (exported from book/gpt2.md), through transformer_book.pretrained,
+"""Unit tests for transformer_book.interop (exported from book/gpt2.md), through transformer_book.pretrained,
 against transformers' GPT2LMHeadModel and tiktoken on random weights and the book's own merges (nothing
 downloaded), and for the three options of DecoderOnlyTransformer that GPT-2 needs."""
 
@@ -14,12 +14,15 @@ import torch
 import torch.nn.functional as F
 
 from transformer_book import count_parameters
-from transformer_book.block_anatomy import check_activation
-from transformer_book.decoder import DecoderLayer
-from transformer_book.decoder_only import DecoderOnlyTransformer, LearnedPositionalEncoding
 from transformer_book.decoding import generate
-from transformer_book.gpt2 import GPT2_CHOICES
-from transformer_book.positional_encoding import PositionalEncoding
+from transformer_book.interop import GPT2_CHOICES
+from transformer_book.model import (
+    DecoderLayer,
+    DecoderOnlyTransformer,
+    LearnedPositionalEncoding,
+    PositionalEncoding,
+    check_activation,
+)
 from transformer_book.pretrained import (
     GPT2_PATTERN,
     RankedBytePairTokenizer,

@@ -10,9 +10,14 @@ import pytest
 import torch
 
 from transformer_book.decoding import IncrementalDecoder
-from transformer_book.full_model import TransformerConfig, make_transformer
-from transformer_book.positional_encoding import PositionalEncoding
-from transformer_book.scaled_dot_product import causal_mask, padding_mask, scaled_dot_product_attention
+from transformer_book.model import (
+    PositionalEncoding,
+    TransformerConfig,
+    causal_mask,
+    make_transformer,
+    padding_mask,
+    scaled_dot_product_attention,
+)
 
 HALF = [torch.bfloat16, torch.float16]
 VOCAB = 20

@@ -6,7 +6,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_book.decoder_only import DecoderOnlyTransformer
 from transformer_book.decoding import generate
 from transformer_book.instruction_tuning import (
     ASSISTANT,
@@ -20,9 +19,9 @@ from transformer_book.instruction_tuning import (
     instruction_batches,
     respond,
 )
-from transformer_book.label_smoothing import LabelSmoothingLoss
+from transformer_book.model import DecoderOnlyTransformer
 from transformer_book.tokenization import BytePairTokenizer
-from transformer_book.training import train
+from transformer_book.training import LabelSmoothingLoss, train
 
 TEXTS = ["Which year is 2016-03-18 in? The year 2016. Which month is 1999-12-31 in? December."]
 EXAMPLES = [

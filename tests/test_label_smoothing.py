@@ -1,4 +1,4 @@
-"""Unit tests for transformer_book.label_smoothing (exported from book/label-smoothing.md)."""
+"""Unit tests for transformer_book.training (exported from book/label-smoothing.md)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_book.batching import (
-    PAD_ID,
-    make_batch,
-)
-from transformer_book.label_smoothing import LabelSmoothingLoss, smoothed_loss_floor, smoothed_targets
+from transformer_book.data import PAD_ID, make_batch
+from transformer_book.training import LabelSmoothingLoss, smoothed_loss_floor, smoothed_targets
 
 VOCAB = 9  # PAD, START, END and the symbols 3..8
 SOURCES = [[3, 4, 5, 6], [7, 8], [5]]

@@ -1,4 +1,4 @@
-"""Unit tests for transformer_book.learning_rate (exported from book/learning-rate.md)."""
+"""Unit tests for transformer_book.training (exported from book/learning-rate.md)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from transformer_book.learning_rate import make_optimizer, transformer_learning_rate
+from transformer_book.training import make_optimizer, transformer_learning_rate
 
 # --- the learning-rate schedule and the optimizer ----------------------------------------------
 

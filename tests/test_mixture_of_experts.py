@@ -9,9 +9,6 @@ import pytest
 import torch
 from torch import nn
 
-from transformer_book.block_anatomy import PositionwiseFeedForward
-from transformer_book.decoder_only import DecoderOnlyTransformer
-from transformer_book.label_smoothing import LabelSmoothingLoss
 from transformer_book.mixture_of_experts import (
     LoadBalancedLoss,
     MixtureOfExperts,
@@ -23,6 +20,8 @@ from transformer_book.mixture_of_experts import (
     load_mixtral_sparse_moe,
     use_experts,
 )
+from transformer_book.model import DecoderOnlyTransformer, PositionwiseFeedForward
+from transformer_book.training import LabelSmoothingLoss
 
 
 def test_the_router_keeps_the_top_k_logits_and_takes_a_softmax_over_them() -> None:

@@ -21,16 +21,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_book import count_parameters
-from transformer_book.block_anatomy import (
+from transformer_book.decoding import IncrementalDecoder, generate
+from transformer_book.model import (
+    Decoder,
+    DecoderLayer,
+    DecoderOnlyTransformer,
     LayerNorm,
+    MultiHeadAttention,
+    NoPositionalEncoding,
     PositionwiseFeedForward,
     RMSNorm,
     SublayerConnection,
     make_norm,
+    repeat_kv_heads,
+    rotate_heads,
 )
-from transformer_book.decoder import Decoder, DecoderLayer
-from transformer_book.decoder_only import DecoderOnlyTransformer, NoPositionalEncoding
-from transformer_book.decoding import IncrementalDecoder, generate
 from transformer_book.modern_decoder import (
     LLAMA3_SCALING,
     Llama3Theta,
@@ -41,11 +46,6 @@ from transformer_book.modern_decoder import (
     llama_rope,
     llama_rope_parameters,
     llama_rope_theta,
-)
-from transformer_book.multi_head_attention import (
-    MultiHeadAttention,
-    repeat_kv_heads,
-    rotate_heads,
 )
 from transformer_book.pretrained import llama_from_huggingface
 from transformer_book.relative_positions import apply_rope

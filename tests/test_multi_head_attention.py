@@ -1,4 +1,4 @@
-"""Unit tests for transformer_book.multi_head_attention (exported from book/multi-head-attention.md)."""
+"""Unit tests for transformer_book.model (exported from book/multi-head-attention.md)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from transformer_book.multi_head_attention import (
-    MultiHeadAttention,
-    merge_heads,
-    split_heads,
-)
-from transformer_book.scaled_dot_product import causal_mask, padding_mask
+from transformer_book.model import MultiHeadAttention, causal_mask, merge_heads, padding_mask, split_heads
 from transformer_book.torch_loading import load_torch_weights
 
 BATCH, N, M, D_MODEL, HEADS = 2, 5, 7, 12, 3

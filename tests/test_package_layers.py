@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import transformer_book
-from transformer_book import decoder_only, decoding, full_model, models, training
+from transformer_book import decoding, model, models, training
 
 PACKAGE = Path(transformer_book.__file__).parent
 BOOK_SIDE_PREFIXES = ("runtime", "quiz", "explorables", "exercises", "figures_")
@@ -59,7 +59,7 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 
 def test_the_split_is_what_the_package_holds() -> None:
     assert {"runtime", "quiz", "explorables", "exercises"} <= set(BOOK_SIDE)
-    assert {"full_model", "decoder_only", "training", "decoding", "validation", "progress", "models"} <= set(LIBRARY)
+    assert {"model", "data", "training", "decoding", "interop", "validation", "progress", "models"} <= set(LIBRARY)
 
 
 @pytest.mark.parametrize("module", LIBRARY)
@@ -95,11 +95,29 @@ def test_importing_the_package_loads_none_of_the_books_side() -> None:
 
 
 def test_the_top_level_exports_the_model_api_and_not_the_runtime() -> None:
-    assert transformer_book.make_transformer is full_model.make_transformer
-    assert transformer_book.Transformer is full_model.Transformer
-    assert transformer_book.DecoderOnlyTransformer is decoder_only.DecoderOnlyTransformer
+    assert transformer_book.make_transformer is model.make_transformer
+    assert transformer_book.Transformer is model.Transformer
+    assert transformer_book.DecoderOnlyTransformer is model.DecoderOnlyTransformer
     assert transformer_book.train is training.train
     assert transformer_book.generate is decoding.generate
     assert set(models.__all__) <= set(transformer_book.__all__)
     for name in ("check", "glue", "seed_everything", "use_book_style", "book_seed"):
         assert not hasattr(transformer_book, name), f"transformer_book.{name}: the runtime belongs to the book's side"
+
+
+def test_the_models_read_in_one_module() -> None:
+    """Every layer of the GPT, of the encoder-decoder and of BERT is a class of transformer_book.model
+    (or PyTorch's own), and model.py leans only on the argument checks: a reader follows a forward
+    pass, embedding to logits, in one file."""
+    gpt = model.DecoderOnlyTransformer(50, d_model=16, num_heads=2, num_layers=2, d_ff=32, max_len=8)
+    encoder_decoder = model.make_transformer(50, 50, model.SMALL_CONFIG, pad_id=0)
+    bert = model.EncoderOnlyModel(50, pad_id=0, d_model=16, num_heads=2, num_layers=1, d_ff=32, max_len=8)
+    elsewhere = {
+        f"{type(layer).__module__}.{type(layer).__name__}"
+        for network in (gpt, encoder_decoder, bert)
+        for layer in network.modules()
+        if type(layer).__module__ != "transformer_book.model" and not type(layer).__module__.startswith("torch.")
+    }
+    assert not elsewhere, f"layers defined outside transformer_book.model: {sorted(elsewhere)}"
+    imported = {name for _, name in _imports(PACKAGE / "model.py") if name.startswith("transformer_book")}
+    assert imported == {"transformer_book.checks", "transformer_book.validation"}, imported

@@ -1,4 +1,4 @@
-"""Unit tests for transformer_book.positional_encoding (exported from book/positional-encoding.md)."""
+"""Unit tests for transformer_book.model (exported from book/positional-encoding.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from transformer_book.positional_encoding import PositionalEncoding, rotation_matrix, sinusoidal_encoding
+from transformer_book.model import PositionalEncoding, rotation_matrix, sinusoidal_encoding
 
 
 def paper_formula(pos: int, dimension: int, d_model: int) -> float:

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from transformer_book.full_model import TransformerConfig, make_transformer
+from transformer_book.model import TransformerConfig, make_transformer
 from transformer_book.precision_and_memory import DynamicLossScaler, model_state_bytes
 
 

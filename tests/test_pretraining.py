@@ -20,8 +20,8 @@ import torch
 from test_modern_decoder import without_float32_islands
 from transformers import LlamaForCausalLM
 
-from transformer_book.decoder_only import DecoderOnlyTransformer, validation_loss
 from transformer_book.instruction_tuning import with_new_tokens
+from transformer_book.model import DecoderOnlyTransformer
 from transformer_book.modern_decoder import interleave_rotary_rows
 from transformer_book.pretraining import (
     BOOK_MODEL,
@@ -43,6 +43,7 @@ from transformer_book.pretraining import (
     source_folder,
 )
 from transformer_book.tokenization import BytePairTokenizer
+from transformer_book.training import validation_loss
 
 
 @pytest.fixture(scope="module")

@@ -46,8 +46,8 @@ import pytest
 import torch
 
 from chapters import BOOK, execute_notebook
-from transformer_book.decoder import DecoderLayer
-from transformer_book.decoder_only import documentation_split
+from transformer_book.data import documentation_split
+from transformer_book.model import DecoderLayer
 from transformer_book.modern_decoder import Llama3Theta
 from transformer_book.pretrained import gpt2_byte_order, llama_from_huggingface, merge_ranks
 from transformer_book.tokenization import BytePairTokenizer

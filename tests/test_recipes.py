@@ -10,8 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from transformer_book.decoder_only import DecoderOnlyTransformer, warmup_cosine
-from transformer_book.multi_head_attention import MultiHeadAttention
+from transformer_book.model import DecoderOnlyTransformer, MultiHeadAttention
 from transformer_book.recipes import (
     HeadwiseRMSNorm,
     MuonWithAdamW,
@@ -20,6 +19,7 @@ from transformer_book.recipes import (
     use_qk_norm,
     warmup_stable_decay,
 )
+from transformer_book.training import warmup_cosine
 
 
 def small_model(**options: object) -> DecoderOnlyTransformer:

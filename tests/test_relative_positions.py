@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from transformer_book.positional_encoding import rotation_matrix
+from transformer_book.model import rotation_matrix
 from transformer_book.relative_positions import alibi_bias, alibi_slopes, apply_rope
 
 

@@ -1,4 +1,4 @@
-"""Unit tests for transformer_book.scaled_dot_product (exported from book/scaled-dot-product.md)."""
+"""Unit tests for transformer_book.model (exported from book/scaled-dot-product.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_book.scaled_dot_product import causal_mask, padding_mask, scaled_dot_product_attention
+from transformer_book.model import causal_mask, padding_mask, scaled_dot_product_attention
 
 BATCH, HEADS, N, M, D_K, D_V = 2, 3, 4, 6, 8, 5
 

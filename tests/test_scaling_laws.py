@@ -9,7 +9,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_book import count_parameters
-from transformer_book.multi_head_attention import MultiHeadAttention
+from transformer_book.model import MultiHeadAttention
 from transformer_book.scaling_laws import (
     PowerLaw,
     counted_training_flops,

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_book.scaled_dot_product import causal_mask, padding_mask
+from transformer_book.model import causal_mask, padding_mask
 from transformer_book.self_attention import SelfAttention
 
 BATCH, N, D_MODEL, D_K, D_V = 2, 5, 12, 4, 3  # every width different, so a mix-up shows as a shape error

@@ -11,29 +11,30 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from transformer_book.batching import (
+from transformer_book.checks import check_decoding_inputs
+from transformer_book.data import (
     END_ID,
     PAD_ID,
     START_ID,
     Batch,
     LabelledBatch,
+    LanguageModelBatch,
     make_batch,
+    random_windows,
 )
-from transformer_book.checks import check_decoding_inputs
-from transformer_book.decoder_only import DecoderOnlyTransformer, LanguageModelBatch, random_windows
-from transformer_book.full_model import Transformer, TransformerConfig, make_transformer
-from transformer_book.label_smoothing import LabelSmoothingLoss
-from transformer_book.learning_rate import make_optimizer, transformer_learning_rate
-from transformer_book.scaled_dot_product import causal_mask
+from transformer_book.model import DecoderOnlyTransformer, Transformer, TransformerConfig, causal_mask, make_transformer
 from transformer_book.training import (
+    LabelSmoothingLoss,
     TrainingHistory,
     average_weights,
     exact_match,
     greedy_decode,
     load_checkpoint,
+    make_optimizer,
     save_checkpoint,
     strip_after_end,
     train,
+    transformer_learning_rate,
     weights_of,
     with_checkpoints,
 )
@@ -388,8 +389,7 @@ def test_exact_match_counts_whole_sequences() -> None:
 
 
 def test_fused_attention_takes_the_fused_path_inside_and_restores_each_layer_after() -> None:
-    from transformer_book.encoder import Encoder
-    from transformer_book.training import fused_attention
+    from transformer_book.model import Encoder, fused_attention
 
     torch.manual_seed(0)
     encoder = Encoder(2, 16, 2, 32, dropout=0.0).eval()

@@ -7,8 +7,8 @@ import datetime
 import pytest
 import torch
 
-from transformer_book.batching import END_ID, PAD_ID, START_ID, Batch
-from transformer_book.full_model import TransformerConfig
+from transformer_book.data import END_ID, PAD_ID, START_ID, Batch
+from transformer_book.model import TransformerConfig
 from transformer_book.translation import (
     DATE_MODEL_CONFIG,
     DATE_STYLES,
@@ -296,14 +296,14 @@ def test_date_batches_reject_a_batch_size_that_does_not_fit(batch_size: int, mes
 
 
 def test_date_model_config_builds_the_chapter_model() -> None:
-    from transformer_book.full_model import make_transformer
+    from transformer_book.model import make_transformer
 
     model = make_transformer(84, 84, DATE_MODEL_CONFIG, pad_id=PAD_ID)
     assert model(torch.tensor([[5, 6, 7]]), torch.tensor([[1, 8]])).shape == (1, 2, 84)
 
 
 def test_output_log_probabilities_sum_each_outputs_token_log_probabilities() -> None:
-    from transformer_book.full_model import make_transformer
+    from transformer_book.model import make_transformer
     from transformer_book.translation import output_log_probabilities
 
     torch.manual_seed(0)

@@ -11,13 +11,17 @@ import pytest
 import torch
 from torch import nn
 
-from transformer_book.block_anatomy import PositionwiseFeedForward, SublayerConnection
-from transformer_book.encoder import EncoderLayer
-from transformer_book.full_model import TransformerConfig, make_transformer
-from transformer_book.learning_rate import transformer_learning_rate
-from transformer_book.multi_head_attention import MultiHeadAttention
-from transformer_book.positional_encoding import PositionalEncoding
+from transformer_book.model import (
+    EncoderLayer,
+    MultiHeadAttention,
+    PositionalEncoding,
+    PositionwiseFeedForward,
+    SublayerConnection,
+    TransformerConfig,
+    make_transformer,
+)
 from transformer_book.self_attention import SelfAttention
+from transformer_book.training import transformer_learning_rate
 from transformer_book.validation import integer, positive_int, probability, real, token_ids
 
 

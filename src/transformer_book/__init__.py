@@ -9,15 +9,18 @@ parameter-count helpers::
 
     model = tb.make_transformer(100, 100, tb.SMALL_CONFIG, pad_id=0)
 
-Two sides, one rule. The *library* (models, data, training, generation, loaders; each module but the
-hand-written :mod:`transformer_book.helpers`, :mod:`transformer_book.progress`,
-:mod:`transformer_book.validation` and the façades :mod:`transformer_book.models` and
-:mod:`transformer_book.utils` is generated from the chapter of the same name, ``scaled_dot_product.py``
-from ``book/scaled-dot-product.md``, out of its cells tagged ``export``) never imports the *book's*
-side: :mod:`transformer_book.runtime` (seeds, claims, ``glue``, figure style), the figures
-(``figures_*``), :mod:`transformer_book.quiz`, :mod:`transformer_book.explorables` and the graders
-(``exercises*``), nor matplotlib or pandas. ``tests/test_package_layers.py`` enforces it. The chapters
-import the runtime by name::
+Two sides, one rule. The *library* never imports the *book's* side. The library is the models
+(:mod:`transformer_book.model`, the GPT's forward pass in one file), :mod:`~transformer_book.data`,
+:mod:`~transformer_book.training`, :mod:`~transformer_book.decoding`,
+:mod:`~transformer_book.tokenization`, :mod:`~transformer_book.interop`, and each later chapter's
+own module; all are generated from the chapters' cells tagged ``export``, but for the hand-written
+:mod:`transformer_book.helpers`, :mod:`transformer_book.progress`, :mod:`transformer_book.validation`,
+:mod:`transformer_book.checks`, :mod:`transformer_book.torch_loading` and the façades
+:mod:`transformer_book.models` and :mod:`transformer_book.utils`. The book's side is
+:mod:`transformer_book.runtime` (seeds, claims, ``glue``, figure style), the figures (``figures_*``),
+:mod:`transformer_book.quiz`, :mod:`transformer_book.explorables` and the graders (``exercises*``);
+no library module imports them, nor matplotlib or pandas (``tests/test_package_layers.py``). The
+chapters import the runtime by name::
 
     from transformer_book.runtime import check, glue, seed_everything
 """

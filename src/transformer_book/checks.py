@@ -17,11 +17,8 @@ from torch import Tensor
 from transformer_book.validation import integer, positive_int, real
 
 if TYPE_CHECKING:  # for the annotations only: those modules import this one
-    from transformer_book.decoder import Decoder
     from transformer_book.decoding import DecoderSide
-    from transformer_book.encoder import Encoder
-    from transformer_book.full_model import Generator, TokenEmbedding, Transformer
-    from transformer_book.positional_encoding import PositionalEncoding
+    from transformer_book.model import Decoder, Encoder, Generator, PositionalEncoding, TokenEmbedding, Transformer
 
 
 def refusal(call: Callable[[], object]) -> str | None:

@@ -96,7 +96,7 @@ def _bool_mask(mask: Any, expected: Tensor, what: str, mistakes: dict[str, Tenso
 
 @_grader("attention", "scaled-dot-product", "your attention matches the book's for 3 queries over 5 keys.")
 def _attention(candidate: Callable[..., Any]) -> str | None:
-    from transformer_book.scaled_dot_product import scaled_dot_product_attention
+    from transformer_book.model import scaled_dot_product_attention
 
     rng = np.random.default_rng(1)
     n, m, d_k, d_v = 3, 5, 4, 2  # all different, so that a transposed matrix shows up as a wrong shape
@@ -128,7 +128,7 @@ def _attention(candidate: Callable[..., Any]) -> str | None:
 
 @_grader("target_mask", "batching", "your target mask is the book's: causal, and blind to the padding.")
 def _target_mask(candidate: Callable[..., Any]) -> str | None:
-    from transformer_book.scaled_dot_product import causal_mask, padding_mask
+    from transformer_book.model import causal_mask, padding_mask
 
     lengths, m = torch.tensor([3, 1, 5]), 6  # the longest sequence is shorter than m: every row has padding
     expected = padding_mask(lengths, m) & causal_mask(m)
@@ -158,7 +158,7 @@ def _encoding_with_base(num_positions: int, d_model: int, base: float, two_i: bo
     "sinusoidal_encoding", "positional-encoding", "your table is the book's with base 10000 and follows base 100 too."
 )
 def _sinusoidal_encoding(candidate: Callable[..., Any]) -> str | None:
-    from transformer_book.positional_encoding import sinusoidal_encoding
+    from transformer_book.model import sinusoidal_encoding
 
     num_positions, d_model = 12, 8
     for base in [10000.0, 100.0]:
@@ -192,7 +192,7 @@ def _sinusoidal_encoding(candidate: Callable[..., Any]) -> str | None:
 
 @_grader("rms_norm", "block-anatomy", "your RMSNorm matches the book's RMSNorm, gain and eps included.")
 def _rms_norm(candidate: Callable[..., Any]) -> str | None:
-    from transformer_book.block_anatomy import RMSNorm
+    from transformer_book.model import RMSNorm
 
     generator = torch.Generator().manual_seed(0)
     x = 2 * torch.randn(2, 3, 8, generator=generator, dtype=torch.float64) + 1  # mean 1: RMSNorm keeps it
@@ -232,7 +232,7 @@ def _rms_norm(candidate: Callable[..., Any]) -> str | None:
     "learning_rate", "learning-rate", "your schedule is the book's at every step tried, for two models and warm-ups."
 )
 def _learning_rate(candidate: Callable[..., Any]) -> str | None:
-    from transformer_book.learning_rate import transformer_learning_rate
+    from transformer_book.training import transformer_learning_rate
 
     for d_model, warmup in [(512, 400), (64, 4000)]:
         steps = [1, 2, warmup // 2, warmup, 2 * warmup, 10 * warmup]
@@ -254,8 +254,8 @@ def _learning_rate(candidate: Callable[..., Any]) -> str | None:
 def _label_smoothing(candidate: Callable[..., Any]) -> str | None:
     import torch.nn.functional as F
 
-    from transformer_book.batching import PAD_ID
-    from transformer_book.label_smoothing import LabelSmoothingLoss
+    from transformer_book.data import PAD_ID
+    from transformer_book.training import LabelSmoothingLoss
 
     generator = torch.Generator().manual_seed(0)
     vocab, smoothing = 7, 0.2
@@ -368,7 +368,7 @@ def _rope(candidate: Callable[..., Any]) -> str | None:
     "your repeat gives query head i the key-value head i * g // h, as the book does.",
 )
 def _repeat_kv_heads(candidate: Callable[..., Any]) -> str | None:
-    from transformer_book.multi_head_attention import repeat_kv_heads
+    from transformer_book.model import repeat_kv_heads
 
     x = torch.arange(2 * 2 * 3 * 4, dtype=torch.float64).view(2, 2, 3, 4)  # batch 2, 2 key-value heads, m 3, d_head 4
     for num_heads in [6, 2]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import Tensor, nn
 
-import transformer_book.multi_head_attention as mha
+import transformer_book.model as model_module
 from transformer_book.runtime import PALETTE, diagram_arrow, diagram_box, plot_heatmap
 
 if TYPE_CHECKING:
@@ -148,7 +148,7 @@ def compare_layer_norms(shapes: Iterable[tuple[int, ...]], device: torch.device)
     """For each shape: an nn.LayerNorm over its last dimension with a random gain and shift, copied
     into the book's LayerNorm (load_torch_layer_norm), both applied to inputs 3 N(0, 1) + 1 of that
     shape. Returns the largest |difference| over all shapes."""
-    from transformer_book.block_anatomy import LayerNorm
+    from transformer_book.model import LayerNorm
     from transformer_book.torch_loading import load_torch_layer_norm
 
     differences = []
@@ -389,9 +389,9 @@ def record_encoder_shapes(
     try:
         with (
             torch.no_grad(),
-            _recording_function(mha, "split_heads", lambda q: [("split into heads", q)], record),
+            _recording_function(model_module, "split_heads", lambda q: [("split into heads", q)], record),
             _recording_function(
-                mha,
+                model_module,
                 "scaled_dot_product_attention",
                 lambda result: [("attention weights, per head", result[1]), ("heads' outputs", result[0])],
                 record,
@@ -513,8 +513,8 @@ def compare_encoders_with_pytorch(
     (their attention biases start at 0, their LayerNorms at the identity, a stack's layers as
     copies), and they run in training mode with dropout 0, deterministic and off the inference
     fast path. Returns compare_encoders' table, one row per case."""
-    from transformer_book.encoder import Encoder, EncoderLayer
     from transformer_book.helpers import nudge_parameters
+    from transformer_book.model import Encoder, EncoderLayer
     from transformer_book.torch_loading import load_torch_encoder, load_torch_encoder_layer
 
     num_layers, d_model = len(pytorch_stack.layers), x.shape[-1]
@@ -584,9 +584,8 @@ def compare_decoders(
     and GELU, indexed by (LayerNorm, activation)."""
     import pandas as pd
 
-    from transformer_book.decoder import Decoder, DecoderLayer
     from transformer_book.helpers import nudge_parameters
-    from transformer_book.scaled_dot_product import causal_mask
+    from transformer_book.model import Decoder, DecoderLayer, causal_mask
     from transformer_book.torch_loading import load_torch_decoder, load_torch_decoder_layer
 
     m, where, dtype = x.shape[1], x.device, x.dtype

@@ -2,16 +2,15 @@
 and the tokenizers that go with them. GPT-2's and Llama's are taught in Part VII, BERT's and ViT's at the end of their Part V chapters; ``transformers`` and
 ``tiktoken`` are needed only by the code that calls them, not to import this module."""
 
-from transformer_book.encoder_only import BertEncoder, bert_from_huggingface
-from transformer_book.gpt2 import (
+from transformer_book.interop import BertEncoder, bert_from_huggingface, gpt2_from_huggingface
+from transformer_book.modern_decoder import llama_from_huggingface
+from transformer_book.tokenization import (
     GPT2_PATTERN,
     RankedBytePairTokenizer,
     gpt2_byte_order,
-    gpt2_from_huggingface,
     merge_ranks,
     recover_merges,
 )
-from transformer_book.modern_decoder import llama_from_huggingface
 from transformer_book.vision_transformer import vit_from_huggingface
 
 __all__ = [

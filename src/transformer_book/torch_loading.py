@@ -13,10 +13,15 @@ from typing import cast
 import torch
 from torch import nn
 
-from transformer_book.block_anatomy import LayerNorm, PositionwiseFeedForward
-from transformer_book.decoder import Decoder, DecoderLayer
-from transformer_book.encoder import Encoder, EncoderLayer
-from transformer_book.multi_head_attention import MultiHeadAttention
+from transformer_book.model import (
+    Decoder,
+    DecoderLayer,
+    Encoder,
+    EncoderLayer,
+    LayerNorm,
+    MultiHeadAttention,
+    PositionwiseFeedForward,
+)
 
 
 def load_torch_weights(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
