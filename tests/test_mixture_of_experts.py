@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from transformer_book.data import IGNORE_INDEX
 from transformer_book.mixture_of_experts import (
     LoadBalancedLoss,
     MixtureOfExperts,
@@ -237,7 +238,7 @@ def test_the_balanced_loss_adds_the_coefficient_times_each_layers_loss() -> None
     torch.manual_seed(8)
     model = DecoderOnlyTransformer(20, d_model=8, num_heads=2, num_layers=2, d_ff=16, max_len=6)
     layers = use_experts(model, num_experts=4, top_k=2)
-    base = LabelSmoothingLoss(0.0, ignore_index=-1)
+    base = LabelSmoothingLoss(0.0, ignore_index=IGNORE_INDEX)
     tokens, targets = torch.randint(0, 20, (3, 6)), torch.randint(0, 20, (3, 6))
     with pytest.raises(ValueError, match="has not run"):
         LoadBalancedLoss(base, layers, 0.1)(torch.zeros(3, 6, 20), targets)

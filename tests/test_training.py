@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_book.checks import check_decoding_inputs
@@ -139,7 +140,7 @@ def test_train_records_the_gradient_norm_and_does_not_clip_by_default() -> None:
     reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
     for step, batch in enumerate(batches):
         logits = reference(**batch.model_inputs())
-        loss = LabelSmoothingLoss(0.1)(logits, batch.target_output)
+        loss = LabelSmoothingLoss(0.0)(logits, batch.target_output)  # the default: no smoothing
         reference_optimizer.zero_grad()
         loss.backward()
         if step == 0:
@@ -423,3 +424,20 @@ def test_the_default_loss_skips_what_the_batch_pads_with_and_nothing_else() -> N
     history = train(model, windows, steps=2, optimizer=optimizer)
     assert all(math.isfinite(loss) and loss > 0 for loss in history.losses)  # token 0 is counted
     assert LanguageModelBatch.ignore_index not in range(VOCAB) and Batch.ignore_index == PAD_ID
+
+
+def test_the_default_loss_is_the_plain_cross_entropy_and_smoothing_is_asked_for() -> None:
+    batch = next(copy_batches())
+    losses = {}
+    for name, loss_function in [("default", None), ("smoothed", LabelSmoothingLoss(0.1))]:
+        model = tiny_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # the loss of the first step, weights kept
+        losses[name] = train(model, [batch], steps=1, optimizer=optimizer, loss_function=loss_function).losses[0]
+    logits = tiny_model()(**batch.model_inputs())
+    plain = F.cross_entropy(logits.flatten(0, 1), batch.target_output.flatten(), ignore_index=batch.ignore_index)
+    smoothed = F.cross_entropy(
+        logits.flatten(0, 1), batch.target_output.flatten(), ignore_index=batch.ignore_index, label_smoothing=0.1
+    )
+    assert losses["default"] == pytest.approx(plain.item(), rel=1e-5)
+    assert losses["smoothed"] == pytest.approx(smoothed.item(), rel=1e-5)
+    assert losses["smoothed"] != pytest.approx(losses["default"], rel=1e-3)
