@@ -15,13 +15,7 @@ from transformer_book.decoding import IncrementalDecoder, generate
 from transformer_book.interop import load_torch_decoder_only_layer
 from transformer_book.model import Decoder, DecoderOnlyTransformer, TransformerConfig, make_transformer
 from transformer_book.ngram import KneserNey, bigram_probabilities, unigram_probabilities
-from transformer_book.training import (
-    language_model_optimizer,
-    loss_by_position,
-    train,
-    validation_loss,
-    warmup_cosine,
-)
+from transformer_book.training import language_model_optimizer, loss_by_position, train, validation_loss, warmup_cosine
 
 VOCAB, D_MODEL, HEADS, LAYERS, D_FF, MAX_LEN = 23, 16, 4, 2, 32, 12
 

@@ -20,8 +20,7 @@ import transformer_book.exercises_rewards  # noqa: F401  (verifiable-rewards' gr
 import transformer_book.exercises_sampling  # noqa: F401  (test-time-compute's grader joins the registry on import)
 from chapters import ROOT, is_notebook
 from transformer_book.exercises import GRADERS, grade
-from transformer_book.model import causal_mask, padding_mask, sinusoidal_encoding
-from transformer_book.relative_positions import apply_rope
+from transformer_book.model import apply_rope, causal_mask, padding_mask, sinusoidal_encoding
 from transformer_book.tokenization import merge_pair
 from transformer_book.training import smoothed_targets
 

@@ -32,6 +32,7 @@ from transformer_book.model import (
     PositionwiseFeedForward,
     RMSNorm,
     SublayerConnection,
+    apply_rope,
     make_norm,
     repeat_kv_heads,
     rotate_heads,
@@ -48,7 +49,6 @@ from transformer_book.modern_decoder import (
     llama_rope_theta,
 )
 from transformer_book.pretrained import llama_from_huggingface
-from transformer_book.relative_positions import apply_rope
 from transformer_book.torch_loading import load_torch_layer_norm, load_torch_weights
 
 with warnings.catch_warnings():  # transformers imports tqdm.auto, which warns where ipywidgets is missing

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import transformer_book
 from transformer_book import decoding, model, models, training
@@ -121,3 +122,14 @@ def test_the_models_read_in_one_module() -> None:
     assert not elsewhere, f"layers defined outside transformer_book.model: {sorted(elsewhere)}"
     imported = {name for _, name in _imports(PACKAGE / "model.py") if name.startswith("transformer_book")}
     assert imported == {"transformer_book.checks", "transformer_book.validation"}, imported
+
+
+def test_the_package_has_one_rope() -> None:
+    """The attention's rotation (rotate_heads, at positions start, start + 1, ...) is the
+    relative-positions chapter's apply_rope, and no other module rotates queries and keys."""
+    x = torch.randn(2, 3, 5, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    rotated = model.rotate_heads(x, 500.0, start=4)
+    assert torch.equal(rotated, model.apply_rope(x, torch.arange(4, 9), base=500.0))
+    assert not torch.equal(rotated, x) and model.rotate_heads(x, None) is x
+    rope_modules = [path.stem for path in PACKAGE.glob("*.py") if "even * cos - odd * sin" in path.read_text()]
+    assert rope_modules == ["model"], f"RoPE written in {rope_modules}"

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from transformer_book.model import rotation_matrix
-from transformer_book.relative_positions import alibi_bias, alibi_slopes, apply_rope
+from transformer_book.model import apply_rope, rotation_matrix
+from transformer_book.relative_positions import alibi_bias, alibi_slopes
 
 
 def test_rope_keeps_shape_dtype_and_norm() -> None:

@@ -337,7 +337,7 @@ def _rope_halves(x: Tensor, positions: Tensor, base: float) -> Tensor:
 
 @_grader("rope", "relative-positions", "your rotation is the book's apply_rope with bases 10000 and 100.")
 def _rope(candidate: Callable[..., Any]) -> str | None:
-    from transformer_book.relative_positions import apply_rope
+    from transformer_book.model import apply_rope
 
     x = torch.randn(5, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     positions = torch.arange(3, 8)
