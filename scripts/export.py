@@ -153,6 +153,7 @@ def module_sources() -> dict[str, str]:
     imports: dict[str, list[str]] = defaultdict(list)
     parts: dict[str, list[str]] = defaultdict(list)
     defined: dict[str, dict[str, str]] = defaultdict(dict)
+    first_chapter: dict[str, Path] = {}
     for chapter in toc_chapters():  # reading order: a module's code is read as the book teaches it
         cells = exported_cells(chapter)
         chapter_imports = [statement for cell in cells for statement in split_imports(cell.source)[0]]
@@ -175,23 +176,22 @@ def module_sources() -> dict[str, str]:
             own = f"from transformer_book.{module} import"
             imports[module].extend(s for s in chapter_imports if not s.startswith(own) and s not in imports[module])
             parts[module].append(f"# from book/{chapter.name}\n" + "\n\n\n".join(cell_bodies))
+            first_chapter.setdefault(module, chapter)
     sources = {}
     for module, texts in parts.items():
-        purpose = textwrap.fill(
-            PURPOSES.get(module) or taught_in(texts[0].splitlines()[0].removeprefix("# from ")), 100
-        )
+        purpose = textwrap.fill(PURPOSES.get(module) or taught_in(first_chapter[module]), 100)
         body = "\n".join(imports[module]) + "\n\n\n" + "\n\n\n".join(texts) + "\n"
         body = formatted(f'"""{purpose}"""\n\n' + body)
         sources[module] = HEADER.format(fingerprint=fingerprint(body)) + body
     return sources
 
 
-def taught_in(page: str) -> str:
+def taught_in(chapter: Path) -> str:
     """The docstring of a module that holds one chapter's code: that chapter's title and file."""
-    notebook = jupytext.read(ROOT / page)
+    notebook = jupytext.read(chapter)
     headings = (line for cell in notebook.cells if cell.cell_type == "markdown" for line in cell.source.splitlines())
-    title = next((line.lstrip("# ").strip() for line in headings if line.startswith("# ")), page)
-    return f'Code taught in the chapter "{title}" ({page}).'
+    title = next((line.lstrip("# ").strip() for line in headings if line.startswith("# ")), chapter.stem)
+    return f'Code taught in the chapter "{title}" (book/{chapter.name}).'
 
 
 def formatted(code: str) -> str:

@@ -384,3 +384,44 @@ def test_the_bibliography_parses_and_every_citation_has_an_entry() -> None:
     assert len(entries) >= 50, "the bibliography lost its entries"
     missing = sorted(cited - set(entries))
     assert not missing, f"cited but not in book/references.bib: {missing}"
+
+
+def _chapter(path: Path, title: str, *cells: tuple[str, str]) -> Path:
+    """A minimal MyST chapter: a title, then code cells given as (tags, source)."""
+    header = (ROOT / "book" / "encoder.md").read_text().split("\n---\n", 1)[0] + "\n---\n\n"  # a real chapter's
+    body = "".join(f"```{{code-cell}} ipython3\n:tags: [{tags}]\n\n{source}\n```\n\n" for tags, source in cells)
+    path.write_text(f"{header}# {title}\n\n{body}")
+    return path
+
+
+def test_export_routes_cells_by_concept_and_imports_across_modules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chapter named in CONCEPTS writes to its module, a cell tagged module:<name> elsewhere, with
+    the names its neighbours define imported; each chapter's run of cells is marked with its file."""
+    first = _chapter(
+        tmp_path / "first.md",
+        "First",
+        ("export", "import torch\n\n\ndef double(x: torch.Tensor) -> torch.Tensor:\n    return 2 * x"),
+        ("export, module:extra", "def quadruple(x):\n    return double(double(x))"),
+    )
+    second = _chapter(tmp_path / "second.md", "Second", ("export", "def triple(x):\n    return 3 * x"))
+    monkeypatch.setattr(export, "toc_chapters", lambda: [first, second])
+    monkeypatch.setattr(export, "CONCEPTS", {"first": "core", "second": "core"})
+    sources = export.module_sources()
+    assert sorted(sources) == ["core", "extra"]
+    core, extra = sources["core"], sources["extra"]
+    assert core.index("# from book/first.md") < core.index("def double") < core.index("# from book/second.md")
+    assert "def triple" in core and "def quadruple" not in core and "import torch" in core
+    assert "from transformer_book.core import double" in extra and "torch" not in extra  # unused: dropped
+    assert 'Code taught in the chapter "First" (book/first.md).' in extra
+    assert export.exported_names(first) == {"double": "core", "quadruple": "extra"}
+
+
+def test_export_refuses_a_name_defined_twice_in_one_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = _chapter(tmp_path / "first.md", "First", ("export", "def helper():\n    return 1"))
+    second = _chapter(tmp_path / "second.md", "Second", ("export", "def helper():\n    return 2"))
+    monkeypatch.setattr(export, "toc_chapters", lambda: [first, second])
+    monkeypatch.setattr(export, "CONCEPTS", {"first": "core", "second": "core"})
+    with pytest.raises(ValueError, match=r"helper is defined in both book/first.md and book/second.md"):
+        export.module_sources()
