@@ -36,14 +36,14 @@ ids = [chapter.stem for chapter in CHAPTERS]
 def test_each_module_imports_only_earlier_chapters_and_the_hand_written_modules() -> None:
     """The package's dependency order is the reading order: a module may import the modules that
     earlier chapters export to (a concept module such as ``model`` counts from the first chapter that
-    writes to it) and the hand-written validation, checks, helpers, progress, runtime, exercises and
+    writes to it) and the hand-written checks, helpers, progress, runtime, exercises and
     torch_loading, never a module a later chapter starts. And no module imports one that imports it
     back, hand-written ones included."""
     order: dict[str, int] = {}
     for index, chapter in enumerate(CHAPTERS):
         for module in {export.chapter_module(chapter), *export.exported_names(chapter).values()}:
             order.setdefault(module, index)
-    hand_written = {"validation", "checks", "helpers", "progress", "runtime", "exercises", "torch_loading", "__init__"}
+    hand_written = {"checks", "helpers", "progress", "runtime", "exercises", "torch_loading", "__init__"}
     package = ROOT / "src" / "transformer_book"
     graph = {path.stem: chapters.imported_modules(path.read_text()) - {path.stem} for path in package.glob("*.py")}
     forward = [
@@ -95,12 +95,12 @@ def test_a_chapters_cache_depends_on_every_module_it_reaches() -> None:
     reached = chapters.reached_modules((ROOT / "book" / "decoding.md").read_text())
     assert {"training", "translation", "model", "data", "helpers"} <= reached
     # A name from the top level counts as the module that defines it, not as the whole library.
-    assert chapters.reached_modules("from transformer_book import device\n") == {"helpers", "validation"}
+    assert chapters.reached_modules("from transformer_book import device\n") == {"helpers", "checks"}
     assert "training" in chapters.reached_modules("from transformer_book import (device,\n    train)\n")
     assert chapters.imported_modules("from transformer_book import make_transformer as build\n") == {"model"}
     assert chapters.imported_modules("import transformer_book as tb\n") == {"__init__"}
-    annotations_only = "if TYPE_CHECKING:\n    from transformer_book.decoding import DecoderSide\n\nfrom transformer_book.validation import integer\n"
-    assert chapters.imported_modules(annotations_only) == {"validation"}
+    annotations_only = "if TYPE_CHECKING:\n    from transformer_book.decoding import DecoderSide\n\nfrom transformer_book.checks import integer\n"
+    assert chapters.imported_modules(annotations_only) == {"checks"}
 
 
 def test_readme_shows_the_current_reading_times() -> None:

@@ -1,4 +1,4 @@
-"""One rule for sizes everywhere (transformer_book.validation): integers, Python's or NumPy's, pass;
+"""One rule for sizes everywhere (transformer_book.checks): integers, Python's or NumPy's, pass;
 bools, floats and strings do not; every error names the argument."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from transformer_book.checks import integer, positive_int, probability, real, token_ids
 from transformer_book.model import (
     EncoderLayer,
     MultiHeadAttention,
@@ -22,7 +23,6 @@ from transformer_book.model import (
 )
 from transformer_book.self_attention import SelfAttention
 from transformer_book.training import transformer_learning_rate
-from transformer_book.validation import integer, positive_int, probability, real, token_ids
 
 
 @pytest.mark.parametrize("value", [3, np.int64(3), np.int32(3), np.uint8(3)])

@@ -14,8 +14,8 @@ Two sides, one rule. The *library* never imports the *book's* side. The library 
 :mod:`~transformer_book.training`, :mod:`~transformer_book.decoding`,
 :mod:`~transformer_book.tokenization`, :mod:`~transformer_book.interop`, and each later chapter's
 own module; all are generated from the chapters' cells tagged ``export``, but for the hand-written
-:mod:`transformer_book.helpers`, :mod:`transformer_book.progress`, :mod:`transformer_book.validation`,
-:mod:`transformer_book.checks`, :mod:`transformer_book.torch_loading` and the façades
+:mod:`transformer_book.helpers`, :mod:`transformer_book.progress`, :mod:`transformer_book.checks`
+(every argument check), :mod:`transformer_book.torch_loading` and the façades
 :mod:`transformer_book.models` and :mod:`transformer_book.utils`. The book's side is
 :mod:`transformer_book.runtime` (seeds, claims, ``glue``, figure style), the figures (``figures_*``),
 :mod:`transformer_book.quiz`, :mod:`transformer_book.explorables` and the graders (``exercises*``);

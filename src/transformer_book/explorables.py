@@ -29,9 +29,9 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from transformer_book.checks import positive_int
 from transformer_book.modern_decoder import kv_cache_bytes
 from transformer_book.scaling_laws import training_flops
-from transformer_book.validation import positive_int
 
 __all__ = [
     "HeadView",

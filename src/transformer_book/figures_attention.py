@@ -22,9 +22,9 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
+from transformer_book.checks import integer
 from transformer_book.helpers import device
 from transformer_book.runtime import LABEL_INK, PALETTE, diagram_arrow, diagram_box, number_cells, plot_heatmap
-from transformer_book.validation import integer
 
 if TYPE_CHECKING:  # plotting is imported where it is used, not with the module
     from matplotlib.axes import Axes

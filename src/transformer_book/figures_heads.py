@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from transformer_book.checks import positive_int
 from transformer_book.runtime import (
     LABEL_INK,
     PALETTE,
@@ -24,7 +25,6 @@ from transformer_book.runtime import (
     number_cells,
     plot_heatmap,
 )
-from transformer_book.validation import positive_int
 
 if TYPE_CHECKING:  # plotting is imported where it is used, not with the package
     from matplotlib.axes import Axes

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import torch
 
+from transformer_book.checks import positive_int
 from transformer_book.runtime import glue, plot_heatmap
-from transformer_book.validation import positive_int
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import torch
 
-from transformer_book.validation import positive_int
+from transformer_book.checks import positive_int
 
 
 def device() -> torch.device:
