@@ -6,11 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from transformer_book.data import IGNORE_INDEX
 from transformer_book.decoding import generate
 from transformer_book.instruction_tuning import (
     ASSISTANT,
     END,
-    IGNORE_INDEX,
     USER,
     ChatTemplate,
     Instruction,

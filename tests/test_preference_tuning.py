@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_book.instruction_tuning import IGNORE_INDEX, ChatTemplate
+from transformer_book.data import IGNORE_INDEX
+from transformer_book.instruction_tuning import ChatTemplate
 from transformer_book.model import DecoderOnlyTransformer
 from transformer_book.preference_tuning import (
     DPOLoss,

@@ -11,7 +11,7 @@ from datetime import date
 import pytest
 import torch
 
-from transformer_book.instruction_tuning import IGNORE_INDEX
+from transformer_book.data import IGNORE_INDEX
 from transformer_book.model import DecoderOnlyTransformer
 from transformer_book.test_time_compute import (
     final_answer,

@@ -18,7 +18,7 @@ import torch
 from trl.trainer.grpo_trainer import GRPOTrainer
 from trl.trainer.utils import nanstd
 
-from transformer_book.instruction_tuning import IGNORE_INDEX
+from transformer_book.data import IGNORE_INDEX
 from transformer_book.model import DecoderOnlyTransformer
 from transformer_book.test_time_compute import final_answer
 from transformer_book.training import train
