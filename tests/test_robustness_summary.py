@@ -456,6 +456,21 @@ def test_a_carry_needs_every_result_identical_and_leaves_out_only_what_varies_be
         before, _results(loss="1.5", seconds="2.0"), _results(loss="1.5", seconds="2.0", figure="png")
     )
     assert not lost.carried and lost.changed == ["figure"], "a value the new code no longer glues is a change"
+    # two runs of the old code agreed on a time by chance; two runs of the new code show it varies
+    lucky = carry_sweep.judge(
+        before,
+        _results(loss="1.5", seconds="2.4", figure="png"),
+        _results(loss="1.5", seconds="2.0", figure="png"),
+        _results(loss="1.5", seconds="2.1", figure="png"),
+    )
+    assert lucky.carried and lucky.measurements == ["seconds"]
+    steady = carry_sweep.judge(
+        before,
+        _results(loss="1.6", seconds="2.0", figure="png"),
+        _results(loss="1.5", seconds="2.0", figure="png"),
+        _results(loss="1.6", seconds="2.0", figure="png"),
+    )
+    assert not steady.carried and steady.changed == ["loss"], "a result the new code repeats is a change"
 
 
 def test_a_glued_table_is_compared_cell_by_cell_so_a_time_column_leaves_out_only_its_cells() -> None:
