@@ -19,8 +19,9 @@ measured has not changed, though, and this script shows it by execution:
   glues (numbers, sentences, tables and figures, as the executed notebook holds them).
 - Where something differs, REV's code runs once more, and if a difference remains, the new code
   too. A value that differs between two runs of the same code is a measurement of the machine (a
-  wall-clock time, a throughput), not a result of the code: it is left out, and named in the record. Any other difference refuses the carry: the
-  change altered a result, and the chapter must be swept again (``make robustness``).
+  wall-clock time, a throughput), not a result of the code: it is left out, and named in the
+  record. Any other difference refuses the carry: the change altered a result, and the chapter
+  must be swept again (``make robustness``).
 
 A carry is appended to ``robustness-carried.jsonl`` (from, to, REV, the machine, how many values
 were compared and which were measurements, and a digest over the record, so an edit shows), and

@@ -44,7 +44,7 @@ HEADER = (
 HEADER_LINES = 2
 MODULE_TAG = "module:"
 
-#: The concept module each chapter exports to, and what the module holds (its docstring).
+#: The concept module each chapter exports to.
 CONCEPTS: dict[str, str] = {
     "scaled-dot-product": "model",
     "multi-head-attention": "model",
@@ -63,6 +63,7 @@ CONCEPTS: dict[str, str] = {
     "tokenization": "tokenization",
     "gpt2": "interop",
 }
+#: What each concept module holds: its docstring.
 PURPOSES: dict[str, str] = {
     "model": "The Transformer's model, top to bottom: attention and its masks, positions, the block's parts, "
     "the encoder, the decoder, the encoder-decoder of 2017, and the decoder-only (GPT) and encoder-only (BERT) "
@@ -139,11 +140,12 @@ def top_level_names(code: str) -> list[str]:
     return names
 
 
-def exported_names(chapter: Path) -> dict[str, str]:
-    """Each name chapter exports, and the module it goes to."""
+def exported_names(chapter: Path, cells: list[nbformat.NotebookNode] | None = None) -> dict[str, str]:
+    """Each name chapter exports (in ``cells``, its exported cells, read here if not given), and the
+    module it goes to."""
     return {
         name: cell_module(chapter, cell)
-        for cell in exported_cells(chapter)
+        for cell in (exported_cells(chapter) if cells is None else cells)
         for name in top_level_names(split_imports(cell.source)[1])
     }
 
@@ -159,7 +161,7 @@ def module_sources() -> dict[str, str]:
         chapter_imports = [statement for cell in cells for statement in split_imports(cell.source)[0]]
         bodies: dict[str, list[str]] = defaultdict(list)
         # a cell sent to another module than its neighbours still reads the names they define
-        for name, module in exported_names(chapter).items():
+        for name, module in exported_names(chapter, cells).items():
             chapter_imports.append(f"from transformer_book.{module} import {name}")
         for cell in cells:
             module, body = cell_module(chapter, cell), split_imports(cell.source)[1]

@@ -108,8 +108,8 @@ def test_the_top_level_exports_the_model_api_and_not_the_runtime() -> None:
 
 def test_the_models_read_in_one_module() -> None:
     """Every layer of the GPT, of the encoder-decoder and of BERT is a class of transformer_book.model
-    (or PyTorch's own), and model.py leans only on the argument checks (transformer_book.checks): a reader follows a forward
-    pass, embedding to logits, in one file."""
+    (or PyTorch's own), and model.py leans only on the argument checks (transformer_book.checks): a
+    reader follows a forward pass, embedding to logits, in one file."""
     gpt = model.DecoderOnlyTransformer(50, d_model=16, num_heads=2, num_layers=2, d_ff=32, max_len=8)
     encoder_decoder = model.make_transformer(50, 50, model.SMALL_CONFIG, pad_id=0)
     bert = model.EncoderOnlyModel(50, pad_id=0, d_model=16, num_heads=2, num_layers=1, d_ff=32, max_len=8)
@@ -121,7 +121,7 @@ def test_the_models_read_in_one_module() -> None:
     }
     assert not elsewhere, f"layers defined outside transformer_book.model: {sorted(elsewhere)}"
     imported = {name for _, name in _imports(PACKAGE / "model.py") if name.startswith("transformer_book")}
-    assert imported == {"transformer_book.checks", "transformer_book.checks"}, imported
+    assert imported == {"transformer_book.checks"}, imported
 
 
 def test_the_package_has_one_rope() -> None:
