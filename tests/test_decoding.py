@@ -23,6 +23,7 @@ from transformer_book.decoding import (
     generate,
     greedy_decode,
     length_penalty,
+    nucleus,
     sample_decode,
     sample_token,
 )
@@ -500,6 +501,60 @@ def test_sample_token_takes_numpy_numbers_as_python_ones() -> None:
     ours = sample_token(logits, temperature=np.float64(0.7), top_k=np.int64(2), rng=torch.Generator().manual_seed(0))  # type: ignore[arg-type]
     expected = sample_token(logits, temperature=0.7, top_k=2, rng=torch.Generator().manual_seed(0))
     assert torch.equal(ours, expected)
+
+
+@pytest.mark.parametrize("top_p", [0.05, 0.5, 0.8, 0.95, 0.999])
+@pytest.mark.parametrize("temperature", [0.7, 1.0, 1.5])
+def test_the_nucleus_keeps_the_tokens_transformers_keeps(top_p: float, temperature: float) -> None:
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
+
+    logits = 3 * torch.randn(64, 50, generator=torch.Generator().manual_seed(0))
+    scaled = TemperatureLogitsWarper(temperature)(None, logits)
+    theirs = TopPLogitsWarper(top_p)(None, scaled).isfinite()
+    ours = nucleus(logits / temperature, top_p)
+    assert torch.equal(ours, theirs)
+    # the nucleus is the smallest such set: it holds top_p, and without its least probable token it would not
+    probabilities = torch.softmax(logits / temperature, dim=-1)
+    kept_mass = (probabilities * ours).sum(-1)
+    least_kept = probabilities.masked_fill(~ours, 2.0).min(-1).values
+    assert (kept_mass >= top_p - 1e-6).all() and (kept_mass - least_kept < top_p + 1e-6).all()
+
+
+def test_sample_token_draws_only_from_the_nucleus_and_from_all_of_it() -> None:
+    # probabilities 0.5, 0.3, 0.15, 0.05: p = 0.8 keeps the first two (0.5 < 0.8 before the second, 0.8 before the third)
+    logits = torch.tensor([[0.5, 0.3, 0.15, 0.05]]).log().repeat(2000, 1)
+    drawn = sample_token(logits, top_p=0.8, rng=torch.Generator().manual_seed(0))
+    counts = torch.bincount(drawn, minlength=4)
+    assert counts[2:].sum() == 0
+    # renormalised within the nucleus: 0.5 / 0.8 = 0.625 of the draws; 2000 draws, 5 standard deviations of 0.011
+    assert abs(counts[0].item() / 2000 - 0.625) < 0.055
+    # top_p = 1 is no filter, and the default (None) draws the same as it
+    every = sample_token(logits, top_p=1.0, rng=torch.Generator().manual_seed(0))
+    assert torch.equal(every, sample_token(logits, rng=torch.Generator().manual_seed(0)))
+    assert torch.bincount(every, minlength=4)[2:].sum() > 0
+
+
+def test_sample_decode_passes_top_p_to_each_draw() -> None:
+    model = tiny_model()
+    source, source_mask = padded_sources([5, 3, 6])
+    tiny = sample_decode(
+        model,
+        source,
+        source_mask=source_mask,
+        max_new_tokens=8,
+        top_p=1e-6,
+        end_id=None,
+        rng=torch.Generator().manual_seed(0),
+    )
+    assert tiny == cached_greedy_decode(model, source, source_mask=source_mask, max_new_tokens=8, end_id=None)
+
+
+@pytest.mark.parametrize("top_p", [0, -0.1, 1.5, float("nan"), True])
+def test_sampling_refuses_a_top_p_outside_zero_to_one(top_p) -> None:
+    with pytest.raises(ValueError, match="top_p"):
+        sample_token(torch.zeros(1, 3), top_p=top_p)
+    with pytest.raises(ValueError, match="top_p"):
+        sample_decode(tiny_model(), ONE, max_new_tokens=5, top_p=top_p)
 
 
 def test_incremental_decoder_needs_the_source_when_the_decoder_has_cross_attention() -> None:

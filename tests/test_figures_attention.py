@@ -93,20 +93,6 @@ def test_multiply_adds_refuses_batched_products() -> None:
         fa.multiply_adds(torch.matmul, torch.randn(2, 3, 4), torch.randn(4, 5))
 
 
-def test_median_ms_times_calls_of_the_layer() -> None:
-    calls = []
-
-    def layer(x: torch.Tensor) -> torch.Tensor:
-        calls.append(torch.is_inference_mode_enabled())
-        return x * 2
-
-    milliseconds = fa.median_ms(layer, torch.ones(3), min_run_time=0.001)
-    assert calls and all(calls), "the layer runs, in inference mode"
-    assert math.isfinite(milliseconds) and milliseconds > 0
-    with pytest.raises(ValueError, match="min_run_time"):
-        fa.median_ms(layer, torch.ones(3), min_run_time=0)
-
-
 @pytest.mark.parametrize("crossover", [None, 300.0])
 def test_work_and_time_plots_both_layers_on_log_axes(crossover: float | None) -> None:
     sizes = [16, 32, 64, 128, 256, 512]

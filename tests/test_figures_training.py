@@ -89,16 +89,6 @@ def test_score_checkpoints_loads_each_checkpoint_before_scoring_it() -> None:
     assert layer.weight.item() == 3.0  # the model is left with the last checkpoint's weights
 
 
-def test_median_seconds_runs_the_call_as_often_as_asked() -> None:
-    calls: list[int] = []
-    seconds = ft.median_seconds(lambda: calls.append(1), repeats=3)
-    assert len(calls) == 3 and seconds >= 0
-    with pytest.raises(ValueError, match="repeats must be a positive integer, got repeats=0"):
-        ft.median_seconds(lambda: None, repeats=0)
-    ft.median_seconds(lambda: calls.append(1), repeats=np.int64(2))  # type: ignore[arg-type]  # once refused
-    assert len(calls) == 5
-
-
 def test_decoding_times_gives_one_row_per_length_on_one_thread_and_restores_the_threads() -> None:
     threads_before = torch.get_num_threads()
     seen: list[tuple[str, int, int]] = []

@@ -350,6 +350,38 @@ def test_seconds_per_call_times_the_calls_after_two_warm_ups() -> None:
     assert seconds >= 0.01  # a lower bound only: sleeping can take longer, never less
     with pytest.raises(ValueError, match="calls must be a positive integer, got calls=0"):
         seconds_per_call(lambda: None, calls=0)
+    with pytest.raises(ValueError, match="warmup must be at least 0"):
+        seconds_per_call(lambda: None, warmup=-1)
+    with pytest.raises(ValueError, match="min_seconds"):
+        seconds_per_call(lambda: None, min_seconds=float("nan"))
+
+
+def test_seconds_per_call_gives_the_median_and_times_until_min_seconds() -> None:
+    durations = iter([0.0, 0.03, 0.001, 0.002] + [0.0] * 100)
+    calls: list[float] = []
+
+    def run() -> None:
+        duration = next(durations)
+        calls.append(duration)
+        time.sleep(duration)
+
+    # no warm-up; three calls of 0, 30 and 1 ms: the median is the 1 ms call's, not the mean's 10 ms
+    assert seconds_per_call(run, calls=3, warmup=0) < 0.01
+    assert len(calls) == 3
+    # calls of about 1 ms go on until they add up to 5 ms
+    short_calls: list[None] = []
+    seconds_per_call(lambda: short_calls.append(time.sleep(0.001)), calls=1, warmup=0, min_seconds=0.005)  # type: ignore[func-returns-value]
+    assert len(short_calls) >= 5
+
+
+def test_seconds_per_call_runs_on_the_threads_it_is_given_and_restores_them() -> None:
+    before = torch.get_num_threads()
+    seen: list[int] = []
+    seconds_per_call(lambda: seen.append(torch.get_num_threads()), calls=2, warmup=1, threads=1)
+    assert seen == [1, 1, 1] and torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads must be a positive integer"):
+        seconds_per_call(lambda: None, threads=0)
+    assert torch.get_num_threads() == before
 
 
 def test_nudge_parameters_moves_every_parameter_and_draws_from_the_global_generator() -> None:

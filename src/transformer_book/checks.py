@@ -20,15 +20,10 @@ import math
 import numbers
 import operator
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
-from torch import Tensor
-
-if TYPE_CHECKING:  # for the annotations only: those modules import this one
-    from transformer_book.decoding import DecoderSide
-    from transformer_book.model import Decoder, Encoder, Generator, PositionalEncoding, TokenEmbedding, Transformer
-
+from torch import Tensor, nn
 
 # The rules for every number.
 
@@ -341,16 +336,32 @@ def check_target_and_memory(x: Tensor, memory: Tensor | None, d_model: int, cros
         )
 
 
-# Checks of the code of the full-model chapter.
+# Checks of the code of the full-model chapter. The model's parts are described by what the checks
+# read of them, not imported: the model's module imports this one.
+
+
+class _Part(Protocol):
+    @property
+    def d_model(self) -> int: ...
+
+
+class _Embedding(_Part, Protocol):
+    @property
+    def vocab_size(self) -> int: ...
+
+
+class _Generator(Protocol):
+    @property
+    def projection(self) -> nn.Linear: ...
 
 
 def check_parts_fit(
-    source_embedding: TokenEmbedding,
-    target_embedding: TokenEmbedding,
-    positional_encoding: PositionalEncoding,
-    encoder: Encoder,
-    decoder: Decoder,
-    generator: Generator,
+    source_embedding: _Embedding,
+    target_embedding: _Embedding,
+    positional_encoding: _Part,
+    encoder: _Part,
+    decoder: _Part,
+    generator: _Generator,
 ) -> None:
     """Raise ValueError, naming the parts, unless they share one d_model and the generator fits the vocabulary."""
     widths = {
@@ -422,7 +433,19 @@ def check_step_inputs(tokens: Tensor, batch_size: int, position: int, table_leng
         raise ValueError(f"cannot decode past the positional table's {table_length} positions")
 
 
-def check_positions(model: DecoderSide, needed: int, what: str) -> None:
+class _PositionalTable(Protocol):
+    @property
+    def table(self) -> Tensor: ...
+
+
+class _Positioned(Protocol):
+    """A model as the decoding checks read it: its positional table bounds the positions it can decode."""
+
+    @property
+    def positional_encoding(self) -> _PositionalTable: ...
+
+
+def check_positions(model: _Positioned, needed: int, what: str) -> None:
     """Refuse, before the model runs, a decoding that needs more positions than the positional table has."""
     table_length = model.positional_encoding.table.shape[0]
     if needed > table_length:
@@ -430,7 +453,7 @@ def check_positions(model: DecoderSide, needed: int, what: str) -> None:
 
 
 def check_beam_search_inputs(
-    model: Transformer, source: Tensor, source_mask: Tensor | None, max_new_tokens: int, beam_size: int, alpha: float
+    model: _Positioned, source: Tensor, source_mask: Tensor | None, max_new_tokens: int, beam_size: int, alpha: float
 ) -> int:
     """beam_search's argument checks, before the model runs; returns beam_size as an int."""
     check_decoding_inputs(source, max_new_tokens)
@@ -446,7 +469,11 @@ def check_beam_search_inputs(
     return beam_size
 
 
-def check_sampling_inputs(temperature: float, top_k: int | None) -> int | None:
-    """sample_token's argument checks (temperature finite and > 0); returns top_k as an int, or None."""
+def check_sampling_inputs(
+    temperature: float, top_k: int | None, top_p: float | None = None
+) -> tuple[int | None, float | None]:
+    """sample_token's argument checks (temperature finite and > 0, top_p in (0, 1]); returns top_k as
+    an int and top_p as a float, or None for either left out."""
     real(temperature, "temperature", above=0)
-    return None if top_k is None else positive_int(top_k, "top_k")
+    top_k = None if top_k is None else positive_int(top_k, "top_k")
+    return top_k, None if top_p is None else real(top_p, "top_p", above=0, at_most=1)

@@ -4,7 +4,7 @@ attention-as-lookup, scaled-dot-product and self-attention.
 Written by hand, not exported from a chapter. Each ``draw_*`` function draws one figure of a chapter
 from data the chapter computed and passes in: it computes no result of its own and returns the
 figure, for ``glue(name, figure, display=False)``. The measuring tools (``one_thread``,
-``multiply_adds``, ``median_ms``, ``central_difference_gradient``) and the table helpers are the
+``multiply_adds``, ``central_difference_gradient``; the timer is :func:`transformer_book.helpers.seconds_per_call`) and the table helpers are the
 plumbing the chapters used to repeat in collapsed cells. Matplotlib is imported inside the
 functions, so importing this module does not load it.
 """
@@ -23,7 +23,6 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from transformer_book.checks import integer
-from transformer_book.helpers import device
 from transformer_book.runtime import LABEL_INK, PALETTE, diagram_arrow, diagram_box, number_cells, plot_heatmap
 
 if TYPE_CHECKING:  # plotting is imported where it is used, not with the module
@@ -156,24 +155,6 @@ def multiply_adds(layer: Callable[..., Tensor], *args: Tensor) -> int:
     with counter:
         layer(*args)
     return counter.multiply_adds
-
-
-def median_ms(layer: Callable[..., Tensor], *args: Tensor, min_run_time: float = 0.1) -> float:
-    """Median wall-clock time of ``layer(*args)`` in milliseconds, without building autograd graphs.
-
-    ``torch.utils.benchmark.Timer`` waits for CUDA; Apple's MPS queues work too, so there the
-    statement waits for it. ``min_run_time`` is the least total time (seconds) spent timing.
-    """
-    if not min_run_time > 0:
-        raise ValueError(f"median_ms: min_run_time must be positive seconds, got {min_run_time}")
-    from torch.utils.benchmark import Timer  # imported on first use
-
-    synchronize: Callable[[], None] = torch.mps.synchronize if device().type == "mps" else (lambda: None)
-    timer = Timer(
-        stmt="layer(*args); synchronize()", globals={"layer": layer, "args": args, "synchronize": synchronize}
-    )
-    with torch.inference_mode():
-        return float(timer.blocked_autorange(min_run_time=min_run_time).median * 1e3)
 
 
 def draw_work_and_time(

@@ -10,7 +10,6 @@ matplotlib is imported inside the functions, so importing this module loads no p
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,6 +17,7 @@ import numpy as np
 import torch
 
 from transformer_book.checks import positive_int
+from transformer_book.helpers import seconds_per_call
 from transformer_book.runtime import glue, plot_heatmap
 
 if TYPE_CHECKING:
@@ -69,20 +69,6 @@ def score_checkpoints(model: M, checkpoints: Iterable[Mapping[str, torch.Tensor]
     return scores
 
 
-def median_seconds(call: Callable[[], object], repeats: int) -> float:
-    """The median wall-clock time of ``repeats`` runs of ``call()``, in seconds.
-
-    A plain loop, without warm-up calls: on one CPU thread there is nothing to wait for.
-    """
-    repeats = positive_int(repeats, "repeats")
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
 def decoding_times(
     decoders: Mapping[str, Callable[[int], object]],
     lengths: Sequence[int],
@@ -114,8 +100,8 @@ def decoding_times(
             warm_up()
         rows = []
         for index, length in enumerate(lengths):
-            slow_seconds = median_seconds(lambda: slow(length), repeats[slow_name][index])
-            fast_seconds = median_seconds(lambda: fast(length), repeats[fast_name][index])
+            slow_seconds = seconds_per_call(lambda: slow(length), calls=repeats[slow_name][index], warmup=0)
+            fast_seconds = seconds_per_call(lambda: fast(length), calls=repeats[fast_name][index], warmup=0)
             rows.append(
                 {
                     "generated tokens": length,

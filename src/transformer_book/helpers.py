@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
+import time
 import warnings
 from collections.abc import Callable
 
 import torch
 
-from transformer_book.checks import positive_int
+from transformer_book.checks import integer, positive_int, real
 
 
 def device() -> torch.device:
@@ -76,18 +78,52 @@ def count_parameters(module: torch.nn.Module) -> int:
     return sum(parameter.numel() for parameter in module.parameters() if parameter.requires_grad)
 
 
-def seconds_per_call(run: Callable[[], object], *, calls: int = 3) -> float:
-    """The mean wall-clock seconds of ``calls`` calls of ``run()``, after two warm-up calls.
+def seconds_per_call(
+    run: Callable[[], object],
+    *,
+    calls: int = 3,
+    warmup: int = 2,
+    min_seconds: float = 0.0,
+    threads: int | None = None,
+) -> float:
+    """The median wall-clock seconds of one call of ``run()``: the book's one timer.
 
-    ``torch.utils.benchmark.Timer`` times them: it waits for the GPU (or MPS) to finish before
-    reading the clock, so the time is the work's and not the launch's. It runs them on the threads
-    PyTorch is set to use (``torch.get_num_threads()``), like the rest of the chapter's code.
+    ``warmup`` untimed calls pay one-off costs (memory, caches, kernel choice); then at least
+    ``calls`` timed calls, and more until they add up to ``min_seconds``, so that a call of a few
+    microseconds is timed often enough for a steady median. Each call is timed alone, between two
+    waits for the accelerator (CUDA or MPS), so the time is the work's and not the launch's. It runs
+    on ``threads`` CPU threads, PyTorch's current setting by default, which is restored afterwards.
+
+    Raises:
+        ValueError: if calls or threads is not a positive integer, warmup is negative, or
+            min_seconds is negative or not finite.
     """
-    from torch.utils.benchmark import Timer  # imported on first use: only a few chapters time code
-
     calls = positive_int(calls, "calls")
-    timer = Timer(stmt="run()", globals={"run": run}, num_threads=torch.get_num_threads())
-    return float(timer.timeit(calls).mean)
+    warmup = integer(warmup, "warmup", minimum=0)
+    min_seconds = real(min_seconds, "min_seconds", at_least=0)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(previous_threads if threads is None else positive_int(threads, "threads"))
+    try:
+        for _ in range(warmup):
+            run()
+        times: list[float] = []
+        while len(times) < calls or sum(times) < min_seconds:
+            _wait_for_accelerator()
+            start = time.perf_counter()
+            run()
+            _wait_for_accelerator()
+            times.append(time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(previous_threads)
+    return float(statistics.median(times))
+
+
+def _wait_for_accelerator() -> None:
+    """Block until the GPU (or Apple's MPS) has finished the work queued so far; nothing on the CPU."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    elif device().type == "mps":
+        torch.mps.synchronize()
 
 
 def nudge_parameters(module: torch.nn.Module, scale: float) -> torch.nn.Module:
