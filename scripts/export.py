@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -150,6 +151,10 @@ def exported_names(chapter: Path, cells: list[nbformat.NotebookNode] | None = No
     }
 
 
+#: An import that re-exports a name (``from m import name as name``), which ruff keeps though unused.
+REEXPORT = re.compile(r"\bimport (\w+) as \1\b")
+
+
 def module_sources() -> dict[str, str]:
     """The text of each generated module, keyed by module name."""
     imports: dict[str, list[str]] = defaultdict(list)
@@ -176,7 +181,9 @@ def module_sources() -> dict[str, str]:
                 bodies[module].append(body)
         for module, cell_bodies in bodies.items():
             own = f"from transformer_book.{module} import"
-            imports[module].extend(s for s in chapter_imports if not s.startswith(own) and s not in imports[module])
+            # a re-export (``import name as name``) is the API of the chapter's own module, not of others
+            hoisted = [s for s in chapter_imports if module == chapter_module(chapter) or not REEXPORT.search(s)]
+            imports[module].extend(s for s in hoisted if not s.startswith(own) and s not in imports[module])
             parts[module].append(f"# from book/{chapter.name}\n" + "\n\n\n".join(cell_bodies))
             first_chapter.setdefault(module, chapter)
     sources = {}

@@ -27,7 +27,14 @@ from transformer_book.decoding import (
     sample_decode,
     sample_token,
 )
-from transformer_book.model import Transformer, TransformerConfig, make_transformer, padding_mask
+from transformer_book.model import (
+    DecoderOnlyTransformer,
+    KVCache,
+    Transformer,
+    TransformerConfig,
+    make_transformer,
+    padding_mask,
+)
 
 VOCAB = 11
 
@@ -104,10 +111,39 @@ def test_the_cache_grows_by_one_position_per_step() -> None:
     decoder = IncrementalDecoder(model, source, source_mask=source_mask)
     for step in range(1, 4):
         decoder.step(torch.tensor([START_ID, 4]))
-        for keys, values in zip(decoder.keys, decoder.values):
-            assert keys is not None and values is not None
-            assert keys.shape == values.shape == (2, 2, step, 8)  # (batch, heads, positions, d_head)
-    assert all(keys.shape == (2, 2, 5, 8) for keys in decoder.memory_keys)  # type: ignore[union-attr]
+        for prefix, memory in decoder.caches:
+            assert prefix.keys is not None and prefix.values is not None
+            assert prefix.keys.shape == prefix.values.shape == (2, 2, step, 8)  # (batch, heads, positions, d_head)
+            # the memory's keys and values, projected at the first step and kept
+            assert memory.keys is not None and memory.keys.shape == (2, 2, 5, 8)
+            if step == 1:
+                first_memory_keys = memory.keys
+    assert decoder.caches[-1][1].keys is first_memory_keys
+
+
+def test_a_cache_takes_several_positions_at_once_after_cached_ones() -> None:
+    # a decoder-only model with RoPE and GQA: three positions fed one by one, then two at once, give the
+    # logits of the full model at those positions (the causal mask is offset by the cached positions)
+    model = DecoderOnlyTransformer(
+        30,
+        d_model=16,
+        num_heads=4,
+        num_layers=2,
+        d_ff=24,
+        max_len=8,
+        positions="none",
+        num_kv_heads=2,
+        rope_theta=10_000.0,
+    ).eval()
+    tokens = torch.randint(0, 30, (2, 5), generator=torch.Generator().manual_seed(0))
+    caches = [(KVCache(), KVCache(fixed=True)) for _ in model.decoder.layers]
+    with torch.no_grad():
+        expected = model(tokens)
+        for position in range(3):
+            hidden = model.decoder(model.target_embedding(tokens[:, position : position + 1]), None, cache=caches)
+        both = model.generator(model.decoder(model.target_embedding(tokens[:, 3:]), None, cache=caches))
+    torch.testing.assert_close(both, expected[:, 3:], atol=1e-5, rtol=1e-5)
+    assert hidden.shape == (2, 1, 16) and caches[0][0].keys is not None and caches[0][0].keys.shape == (2, 2, 5, 4)
 
 
 def test_select_reorders_and_repeats_the_rows_of_every_cache() -> None:

@@ -331,9 +331,9 @@ def test_cache_holds_only_the_kv_heads_and_matches_the_full_forward(num_kv_heads
     with torch.no_grad():
         full = model(ids)
     assert (stepped - full).abs().max() < 1e-12
-    for keys, values in zip(decoder.keys, decoder.values, strict=True):
-        assert keys is not None and values is not None
-        assert keys.shape == values.shape == (2, num_kv_heads, 12, 8)
+    for cache, _ in decoder.caches:
+        assert cache.keys is not None and cache.values is not None
+        assert cache.keys.shape == cache.values.shape == (2, num_kv_heads, 12, 8)
     expected = kv_cache_bytes(
         num_layers=2, num_kv_heads=num_kv_heads, d_head=8, tokens=12, batch_size=2, bytes_per_number=8
     )
