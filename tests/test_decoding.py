@@ -146,6 +146,27 @@ def test_a_cache_takes_several_positions_at_once_after_cached_ones() -> None:
     assert hidden.shape == (2, 1, 16) and caches[0][0].keys is not None and caches[0][0].keys.shape == (2, 2, 5, 4)
 
 
+def test_the_cache_gives_the_same_logits_on_the_fused_path() -> None:
+    # keep_attention_weights = False sends the cached attention to F.scaled_dot_product_attention, with the
+    # causal pattern offset by the cached positions written out as a mask (its is_causal would align it wrong)
+    model = DecoderOnlyTransformer(30, d_model=16, num_heads=4, num_layers=2, d_ff=24, max_len=8).eval()
+    tokens = torch.randint(0, 30, (2, 6), generator=torch.Generator().manual_seed(1))
+    results = []
+    for keep in (True, False):
+        for layer in model.decoder.layers:
+            layer.keep_attention_weights = keep
+        caches = [(KVCache(), KVCache(fixed=True)) for _ in model.decoder.layers]
+        with torch.no_grad():
+            embedded = model.positional_encoding(model.target_embedding(tokens))
+            first = model.decoder(embedded[:, :2], None, cache=caches)
+            rest = model.decoder(embedded[:, 2:], None, cache=caches)
+        results.append(torch.cat([first, rest], dim=1))
+    with torch.no_grad():
+        whole = model.decoder(model.positional_encoding(model.target_embedding(tokens)), None)
+    torch.testing.assert_close(results[0], whole, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(results[1], whole, atol=1e-5, rtol=1e-5)
+
+
 def test_select_reorders_and_repeats_the_rows_of_every_cache() -> None:
     model = tiny_model()
     source, source_mask = padded_sources([6, 2, 4])
