@@ -127,6 +127,7 @@ def questions(chapter: Path) -> list[Question]:
         exercises_recurrence,  # noqa: F401  (registers Part I's grader)
         exercises_rewards,  # noqa: F401  (registers verifiable-rewards' grader)
         exercises_sampling,  # noqa: F401  (registers test-time-compute's grader)
+        exercises_speculative,  # noqa: F401  (registers speculative-decoding's grader)
     )
     from transformer_book.exercises import GRADERS
 

@@ -18,6 +18,7 @@ import transformer_book.exercises_reasoning  # noqa: F401  (Part IX's grader joi
 import transformer_book.exercises_recurrence  # noqa: F401  (Part I's grader joins the registry on import)
 import transformer_book.exercises_rewards  # noqa: F401  (verifiable-rewards' grader joins the registry on import)
 import transformer_book.exercises_sampling  # noqa: F401  (test-time-compute's grader joins the registry on import)
+import transformer_book.exercises_speculative  # noqa: F401  (speculative-decoding's grader joins the registry on import)
 from chapters import ROOT, is_notebook
 from transformer_book.exercises import GRADERS, grade
 from transformer_book.model import apply_rope, causal_mask, padding_mask, sinusoidal_encoding
@@ -209,6 +210,18 @@ CASES: dict[str, tuple[Callable[..., Any], list[tuple[Callable[..., Any], str]]]
             (lambda n, c, k: math.comb(c, k) / math.comb(n, k), "every one of the k"),
             (lambda n, c, k: 1.0 - math.comb(n - c, k - 1) / math.comb(n, k - 1) if k > 1 else c / n, "you gave"),
             (lambda n, c, k: f"{1.0 - math.comb(n - c, k) / math.comb(n, k):.3f}", "return a number"),
+        ],
+    ),
+    "residual": (
+        lambda p, q: (p - q).clamp(min=0) / (p - q).clamp(min=0).sum(),
+        [
+            (lambda p, q: p, "returns p itself"),
+            (lambda p, q: (p - q).clamp(min=0), "is not normalised"),
+            (lambda p, q: (q - p).clamp(min=0) / (q - p).clamp(min=0).sum(), "max(0, q - p)"),
+            (lambda p, q: torch.minimum(p, q) / torch.minimum(p, q).sum(), "accepted part"),
+            (lambda p, q: q, "the residual is"),
+            (lambda p, q: ((p - q).clamp(min=0) / (p - q).clamp(min=0).sum()).tolist(), "return a tensor"),
+            (lambda p, q: (p - q).clamp(min=0)[:2], "one probability per token"),
         ],
     ),
     "group_advantages": (
