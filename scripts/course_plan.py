@@ -1,4 +1,4 @@
-"""Write the course plan's table into book/course-plan.md: fourteen weeks built from the chapters.
+"""Write the course plan's table into book/course-plan.md: fifteen weeks built from the chapters.
 
 The weeks are the one thing written by hand (WEEKS below). Everything else in a week's row is read
 from the sources, so the table cannot drift from the book:
@@ -38,7 +38,7 @@ RUNS = ROOT / "robustness-runs.jsonl"
 WORKSHEET = BOOK / "worksheet.md"
 BEGIN, END = "<!-- course-plan: begin -->", "<!-- course-plan: end -->"
 
-#: Fourteen weeks, in reading order: each a theme and its chapters. Every chapter of a numbered Part
+#: Fifteen weeks, in reading order: each a theme and its chapters. Every chapter of a numbered Part
 #: appears once, in the order of _toc.yml.
 WEEKS: list[tuple[str, list[str]]] = [
     (
@@ -61,6 +61,7 @@ WEEKS: list[tuple[str, list[str]]] = [
         "Reasoning: worked steps, test-time compute and verifiable rewards",
         ["worked-steps", "test-time-compute", "verifiable-rewards"],
     ),
+    ("Serving and measuring: quantization", ["quantization"]),
 ]
 
 EXERCISE = re.compile(r"^```\{exercise\}", re.MULTILINE)
