@@ -5,6 +5,7 @@ QLoRA's adapters against fine-tuning's LoRALinear."""
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import pytest
 import torch
@@ -144,7 +145,7 @@ def test_the_matmul_error_obeys_the_analytic_bound_in_float64(bits: int, group_s
 def test_the_model_is_copied_with_every_linear_quantized_and_its_tie_kept() -> None:
     model = small_model()
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    quantized = quantize_model(model, 8)
+    quantized: Any = quantize_model(model, 8)  # a DecoderOnlyTransformer, typed as an nn.Module
     assert not any(isinstance(module, nn.Linear) for module in quantized.modules())
     assert sum(isinstance(module, QuantizedLinear) for module in quantized.modules()) == 2 * 6 + 1  # GELU: two
     embedding = quantized.target_embedding.embedding
@@ -159,7 +160,7 @@ def test_the_model_is_copied_with_every_linear_quantized_and_its_tie_kept() -> N
 
 
 def test_an_untied_embedding_stays_in_float() -> None:
-    quantized = quantize_model(small_model(tie=False), 4, 16)
+    quantized: Any = quantize_model(small_model(tie=False), 4, 16)
     assert isinstance(quantized.target_embedding.embedding, nn.Embedding)
     assert isinstance(quantized.generator.projection, QuantizedLinear)
 
@@ -225,6 +226,7 @@ def test_qlora_starts_as_its_base_and_equals_lora_on_the_dequantized_weight() ->
     with torch.no_grad():
         adapter.lora_B.normal_()
     plain = nn.Linear(32, 16).double()
+    assert base.bias is not None
     with torch.no_grad():
         plain.weight.copy_(base.dequantized_weight())
         plain.bias.copy_(base.bias)

@@ -92,6 +92,6 @@ def _absmax_int8(candidate: Callable[..., Any]) -> str | None:
             for why, how in ways.items():
                 if torch.equal(q, _rounded(weight, expected_scale, how)):
                     return f"Not quite: your function {why} ({where})."
-            wrong = int((q != expected_q).sum())
-            return f"Not quite: {wrong} codes differ from round(w / scale) ({where})."
+            differing = int((q != expected_q).sum())
+            return f"Not quite: {differing} codes differ from round(w / scale) ({where})."
     return None
