@@ -123,6 +123,7 @@ def _setup(template: ast.AST, solution: ast.AST, bound: dict[str, tuple[str, ast
 def questions(chapter: Path) -> list[Question]:
     """The graded exercises of chapter, in reading order."""
     from transformer_book import (
+        exercises_quantization,  # noqa: F401  (registers quantization's grader)
         exercises_reasoning,  # noqa: F401  (registers Part IX's grader)
         exercises_recurrence,  # noqa: F401  (registers Part I's grader)
         exercises_rewards,  # noqa: F401  (registers verifiable-rewards' grader)

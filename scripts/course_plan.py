@@ -61,7 +61,7 @@ WEEKS: list[tuple[str, list[str]]] = [
         "Reasoning: worked steps, test-time compute and verifiable rewards",
         ["worked-steps", "test-time-compute", "verifiable-rewards"],
     ),
-    ("Serving: speculative decoding", ["speculative-decoding"]),
+    ("Serving and measuring: speculative decoding and quantization", ["speculative-decoding", "quantization"]),
 ]
 
 EXERCISE = re.compile(r"^```\{exercise\}", re.MULTILINE)

@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import transformer_book.exercises_quantization  # noqa: F401  (quantization's grader joins the registry on import)
 import transformer_book.exercises_reasoning  # noqa: F401  (Part IX's grader joins the registry on import)
 import transformer_book.exercises_recurrence  # noqa: F401  (Part I's grader joins the registry on import)
 import transformer_book.exercises_rewards  # noqa: F401  (verifiable-rewards' grader joins the registry on import)
@@ -24,6 +25,20 @@ from transformer_book.exercises import GRADERS, grade
 from transformer_book.model import apply_rope, causal_mask, padding_mask, sinusoidal_encoding
 from transformer_book.tokenization import merge_pair
 from transformer_book.training import smoothed_targets
+
+
+def absmax_int8(
+    w: torch.Tensor,
+    divisor: float = 127,
+    signed_max: bool = False,
+    per: str = "row",
+    rounding: Callable[[torch.Tensor], torch.Tensor] = torch.round,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Int8 absmax quantization per row, and the usual ways to get it wrong."""
+    largest = {"row": w.abs().amax(1), "matrix": w.abs().max(), "column": w.abs().amax(0)}[per]
+    scale = (w.amax(1) if signed_max else largest) / divisor
+    q = rounding(w / (scale[:, None] if per == "row" else scale)).clamp(-128, 127).to(torch.int8)
+    return q, scale
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -243,6 +258,21 @@ CASES: dict[str, tuple[Callable[..., Any], list[tuple[Callable[..., Any], str]]]
             ),
         ],
     ),
+    "absmax_int8": (
+        lambda w: absmax_int8(w),
+        [
+            (lambda w: absmax_int8(w, divisor=128), "divides the largest |w| by 128"),
+            (lambda w: absmax_int8(w, divisor=255), "unsigned byte"),
+            (lambda w: absmax_int8(w, signed_max=True), "largest weight, not the largest |w|"),
+            (lambda w: absmax_int8(w, divisor=1), "forgets to divide by 127"),
+            (lambda w: absmax_int8(w, per="matrix"), "one scale for the whole matrix"),
+            (lambda w: absmax_int8(w, per="column"), "one entry per column"),
+            (lambda w: absmax_int8(w, rounding=torch.trunc), "truncates"),
+            (lambda w: absmax_int8(w, rounding=torch.floor), "floor"),
+            (lambda w: (absmax_int8(w)[0].float(), absmax_int8(w)[1]), "torch.int8"),
+            (lambda w: absmax_int8(w)[0], "tuple of two tensors"),
+        ],
+    ),
     "rope": (
         apply_rope,
         [
@@ -288,7 +318,7 @@ def test_an_error_in_the_readers_function_is_named(capsys: pytest.CaptureFixture
 
 
 def test_bad_names_and_arguments_raise_clear_errors() -> None:
-    with pytest.raises(KeyError, match="the graders are: attention, batched_rnn, group_advantages, label_smoothing"):
+    with pytest.raises(KeyError, match="the graders are: absmax_int8, attention, batched_rnn, group_advantages"):
         grade("atention", attention)
     with pytest.raises(TypeError, match="the function itself"):
         grade("attention", attention(np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1))))
