@@ -154,7 +154,7 @@ def test_the_cache_gives_the_same_logits_on_the_fused_path() -> None:
     results = []
     for keep in (True, False):
         for layer in model.decoder.layers:
-            layer.keep_attention_weights = keep
+            setattr(layer, "keep_attention_weights", keep)  # noqa: B010  (a ModuleList holds Modules, to mypy)
         caches = [(KVCache(), KVCache(fixed=True)) for _ in model.decoder.layers]
         with torch.no_grad():
             embedded = model.positional_encoding(model.target_embedding(tokens))
